@@ -1,0 +1,407 @@
+"""The DNArch Continuous CNN (paper §2.4; design.md "The model").
+
+    x (B, C_in, *S) --normalise--> Encoder: pointwise C_in -> stream, BatchNorm, GELU
+      --> blocks b = 0 .. depth-1, each:
+            stream[:, :n_in] -> BatchNorm * m_in -> downsample to R (resolution mask on spectrum)
+            -> depthwise conv with kernel K (from the shared KernelNet, Gaussian mask)
+            -> pointwise n_in -> n_mid, * m_mid -> GELU -> dropout
+            -> pointwise n_mid -> n_out, * m_out * depth weight -> upsample to S
+            -> added to stream[:, :n_out]        (the identity branch is never masked)
+      --> Decoder: global average pool + pointwise (classification), or pointwise (dense)
+
+Maximum sizes are instantiated; the masks choose the part in use and only that part is computed
+(paper §2.1.1): each forward first draws a :class:`Plan` (discrete sizes and mask values), then
+slices weights, kernels and activations to it. Every mask value is folded into a neighbouring weight
+(BatchNorm affine, pointwise rows), so masks cost nothing per position and fold exactly at export.
+The base CCNN (``learn="none"``) is the same network with no masks: global kernels, full resolution.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import masks as M
+from .kernelnet import KernelNet
+from .spectral import fft_conv, frequency_positions, resample, resolution_for_bins
+
+LEARNABLE = "KRWD"  # K: kernel size, R: resolution, W: width, D: depth
+
+
+@dataclass
+class ModelConfig:
+    in_channels: int  # input channels (token tasks: the embedding size)
+    out_channels: int  # classes, or target channels for dense tasks
+    input_size: tuple[int, ...]  # spatial size S (1 or 2 axes), fixed per run
+    dense: bool = False  # per-position output (dense) instead of one per input (global)
+    vocab_size: int = 0  # > 0: inputs are token ids (B, *S) embedded to in_channels
+    depth: int = 4  # D of the base network CCNN_{D,H}
+    width: int = 32  # H of the base network
+    learn: str = "KRWD"  # any subset of "KRWD", or "none" for the fixed base CCNN
+    dropout: float = 0.0
+    omega_0: float = 5.0  # frequency prior of the kernel network's Fourier features
+    kernel_hidden: int = 128
+    kernel_layers: int = 4
+    tau_resolution: float = 50.0  # sigmoid temperatures (appendix E)
+    tau_width: float = 25.0
+    tau_depth: float = 8.0
+    threshold: float = M.THRESHOLD
+    input_mean: list[float] = field(default_factory=list)  # per input channel; empty = 0
+    input_std: list[float] = field(default_factory=list)  # per input channel; empty = 1
+    output_mean: list[float] = field(default_factory=list)  # dense targets; empty = 0
+    output_std: list[float] = field(default_factory=list)  # dense targets; empty = 1
+
+    def __post_init__(self):
+        self.input_size = tuple(int(s) for s in self.input_size)
+        learn = "" if self.learn.lower() == "none" else self.learn.upper()
+        if any(c not in LEARNABLE for c in learn) or len(set(learn)) != len(learn):
+            raise ValueError(
+                f"learn must be a subset of {LEARNABLE!r} or 'none', got {self.learn!r}"
+            )
+        self.learn = "".join(c for c in LEARNABLE if c in learn) or "none"
+        if len(self.input_size) not in (1, 2) or min(self.input_size) < 1:
+            raise ValueError(f"input_size must have 1 or 2 positive axes, got {self.input_size}")
+        for name in ("in_channels", "out_channels", "depth", "width"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def learns(self, what: str) -> bool:
+        return what in self.learn
+
+    @property
+    def max_depth(self) -> int:
+        return 2 * self.depth if self.learns("D") else self.depth
+
+    @property
+    def max_width(self) -> int:
+        return 2 * self.width if self.learns("W") else self.width
+
+    @property
+    def max_kernel(self) -> tuple[int, ...]:
+        """Largest odd kernel that fits the input, per axis (centred, "up to the input size")."""
+        return tuple(s if s % 2 else s - 1 for s in self.input_size)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["input_size"] = list(self.input_size)
+        return d
+
+
+@dataclass
+class BlockPlan:
+    """What one block materialises this step: discrete sizes and the mask values on the support."""
+
+    index: int
+    n_in: int
+    n_mid: int
+    n_out: int
+    resolution: tuple[int, ...]  # samples per axis at which the block computes
+    half_taps: tuple[int, ...]  # kernel half-width per axis, at that resolution
+    kernel_size: tuple[int, ...]  # kernel extent per axis in input samples (full resolution)
+    depth_weight: Tensor | None  # scalar, None when depth is fixed
+    m_in: Tensor | None = None  # (n_in,) width mask values, None when width is fixed
+    m_mid: Tensor | None = None
+    m_out: Tensor | None = None
+    m_res: tuple[Tensor, ...] | None = None  # per axis, values on the kept frequency bins
+    sigma: Tensor | None = None  # (axes,) Gaussian kernel-mask widths, None when K is fixed
+
+
+@dataclass
+class Plan:
+    stream: int  # channels of the stream in use (widest channel any block reads or writes)
+    blocks: list[BlockPlan]
+    stream_mask: Tensor | None = None  # only in the full (reference) computation
+
+
+def _pointwise(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """A 1x1 convolution on (B, C, *S) as one batched matmul: (B, out, *S)."""
+    y = torch.matmul(weight, x.flatten(2)) + bias[:, None]
+    return y.view(x.shape[0], weight.shape[0], *x.shape[2:])
+
+
+class Norm(nn.Module):
+    """BatchNorm over the first n channels with externally scaled affine parameters.
+
+    The search uses batch statistics (paper appendix E); export calibrates population statistics
+    for the final architecture (``calibrated`` buffer) and then uses them in eval mode.
+    """
+
+    def __init__(self, channels: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+        self.register_buffer("running_mean", torch.zeros(channels))
+        self.register_buffer("running_var", torch.ones(channels))
+        self.register_buffer("calibrated", torch.tensor(False))
+
+    def forward(self, x: Tensor, scale: Tensor | None = None) -> Tensor:
+        n = x.shape[1]
+        weight, bias = self.weight[:n], self.bias[:n]
+        if scale is not None:  # a mask value right after the norm folds into its affine part
+            weight, bias = weight * scale, bias * scale
+        population = bool(self.calibrated) and not self.training
+        mean = self.running_mean[:n] if population else None
+        var = self.running_var[:n] if population else None
+        return F.batch_norm(x, mean, var, weight, bias, not population, 0.0, self.eps)
+
+
+class Block(nn.Module):
+    """A residual block; masks act on the residual branch only."""
+
+    def __init__(self, width: int, dropout: float):
+        super().__init__()
+        self.norm = Norm(width)
+        self.w1 = nn.Parameter(torch.empty(width, width))  # n_in -> n_mid
+        self.b1 = nn.Parameter(torch.zeros(width))
+        self.w2 = nn.Parameter(torch.empty(width, width))  # n_mid -> n_out
+        self.b2 = nn.Parameter(torch.zeros(width))
+        self.dropout = dropout
+        for w in (self.w1, self.w2):
+            nn.init.kaiming_uniform_(w, a=math.sqrt(5))
+
+    def forward(self, x: Tensor, p: BlockPlan, kernel: Tensor) -> Tensor:
+        size = x.shape[2:]
+        z = self.norm(x[:, : p.n_in], p.m_in)  # (B, n_in, *S)
+        if p.m_res is not None:
+            for axis, (r, m) in enumerate(zip(p.resolution, p.m_res)):
+                z = resample(z, r, dim=2 + axis, mask=m)  # (B, n_in, *R)
+        z = fft_conv(z, kernel)  # (B, n_in, *R)
+        w1, b1 = self.w1[: p.n_mid, : p.n_in], self.b1[: p.n_mid]
+        if p.m_mid is not None:
+            w1, b1 = w1 * p.m_mid[:, None], b1 * p.m_mid
+        z = F.dropout(F.gelu(_pointwise(z, w1, b1)), self.dropout, self.training)  # (B, n_mid, *R)
+        w2, b2 = self.w2[: p.n_out, : p.n_mid], self.b2[: p.n_out]
+        scale = _product(p.m_out, p.depth_weight)
+        if scale is not None:
+            w2, b2 = w2 * scale.reshape(-1, 1), b2 * scale
+        z = _pointwise(z, w2, b2)  # (B, n_out, *R)
+        for axis, s in enumerate(size):
+            z = resample(z, s, dim=2 + axis)  # (B, n_out, *S)
+        if p.n_out == x.shape[1]:
+            return x + z
+        return torch.cat([x[:, : p.n_out] + z, x[:, p.n_out :]], dim=1)
+
+
+def _product(a: Tensor | None, b: Tensor | None) -> Tensor | None:
+    if a is None:
+        return b
+    return a if b is None else a * b
+
+
+class DNArch(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        c = self.config = config
+        dim, H, D = len(c.input_size), c.max_width, c.max_depth
+        self.embed = nn.Embedding(c.vocab_size, c.in_channels) if c.vocab_size else None
+        self._norm_buffer("input", c.input_mean, c.input_std, c.in_channels)
+        self._norm_buffer("output", c.output_mean, c.output_std, c.out_channels)
+        self.enc_w = nn.Parameter(torch.empty(H, c.in_channels))
+        self.enc_b = nn.Parameter(torch.zeros(H))
+        nn.init.kaiming_uniform_(self.enc_w, a=math.sqrt(5))
+        self.enc_norm = Norm(H)
+        self.blocks = nn.ModuleList(Block(H, c.dropout) for _ in range(D))
+        self.kernel_net = KernelNet(dim, D, H, c.omega_0, c.kernel_hidden, c.kernel_layers)
+        # fixed gain so a global kernel starts with unit-order output variance
+        self.kernel_gain = 1.0 / math.sqrt(math.prod(c.max_kernel))
+        self.dec_w = nn.Parameter(torch.empty(c.out_channels, H))
+        self.dec_b = nn.Parameter(torch.zeros(c.out_channels))
+        nn.init.kaiming_uniform_(self.dec_w, a=math.sqrt(5))
+        # --- mask parameters (all named mask_*: their own optimiser group, clamped after each step)
+        if c.learns("K"):
+            self.mask_sigma = nn.Parameter(
+                torch.full((D, dim), M.sigma_for_full_kernel(c.threshold))
+            )
+        if c.learns("R"):  # start at full resolution: the offset at its maximum
+            self.mask_res = nn.Parameter(
+                torch.full((D, dim), M.sigmoid_mu_range(c.tau_resolution)[1])
+            )
+        if c.learns("W"):  # start at the base width H (of H_max = 2H)
+            mu = M.sigmoid_mu_for_size(c.width, c.tau_width, H, c.threshold)
+            self.mask_width = nn.Parameter(torch.full((D, 3), mu))  # columns: in, mid, out
+        if c.learns("D"):  # start at the base depth D (of D_max = 2D)
+            self.mask_depth = nn.Parameter(
+                torch.tensor(M.sigmoid_mu_for_size(c.depth, c.tau_depth, D, c.threshold))
+            )
+
+    def _norm_buffer(self, name: str, mean: list[float], std: list[float], channels: int):
+        m = torch.tensor(mean, dtype=torch.float32) if mean else torch.zeros(channels)
+        s = torch.tensor(std, dtype=torch.float32) if std else torch.ones(channels)
+        if m.numel() != channels or s.numel() != channels:
+            raise ValueError(f"{name} mean/std need {channels} values, got {m.numel()}/{s.numel()}")
+        if (s <= 0).any():
+            raise ValueError(f"{name}_std must be positive, got {s.tolist()}")
+        self.register_buffer(f"{name}_mean", m)
+        self.register_buffer(f"{name}_std", s)
+
+    # --- masks -> plan -----------------------------------------------------------------------
+
+    def mask_parameters(self) -> list[nn.Parameter]:
+        return [p for n, p in self.named_parameters() if n.startswith("mask_")]
+
+    @torch.no_grad()
+    def clamp_masks_(self) -> None:
+        """Keep mask parameters in the ranges of appendix E (call after every optimiser step)."""
+        c = self.config
+        if c.learns("K"):
+            for axis, k in enumerate(c.max_kernel):
+                self.mask_sigma[:, axis].clamp_(*M.gaussian_sigma_range(k, c.threshold))
+        for name, tau in (
+            ("mask_res", c.tau_resolution),
+            ("mask_width", c.tau_width),
+            ("mask_depth", c.tau_depth),
+        ):
+            if hasattr(self, name):
+                getattr(self, name).clamp_(*M.sigmoid_mu_range(tau))
+
+    def plan(self, full: bool = False) -> Plan:
+        """Discrete sizes and mask values for this step.
+
+        ``full=True`` is the reference computation: every channel, block and kernel tap at its
+        maximum, with the mask values (zero outside the support) multiplied in. The resolution is
+        the same as in the sliced computation: there, cropping *is* the model.
+        """
+        c = self.config
+        H, D, T = c.max_width, c.max_depth, c.threshold
+        depth, weights = D, None
+        if c.learns("D"):
+            grid = M.grid(D, device=self.mask_depth.device)
+            weights = M.sigmoid_mask(grid, self.mask_depth, c.tau_depth, T)
+            x_t = M.sigmoid_inverse(self.mask_depth, c.tau_depth, T).detach().item()
+            depth = M.sigmoid_count(x_t, D)
+        stream = 1 if c.learns("W") else H  # widest channel read or written by a block in use
+        blocks = []
+        for b in range(D if full else depth):
+            n_in = n_mid = n_out = H
+            m_in = m_mid = m_out = None
+            if c.learns("W"):
+                mu = self.mask_width[b]
+                x_t = M.sigmoid_inverse(mu, c.tau_width, T).detach().tolist()
+                n_in, n_mid, n_out = (M.sigmoid_count(x, H) for x in x_t)
+                if b < depth:
+                    stream = max(stream, n_in, n_out)
+                pos = M.grid(H, device=mu.device)
+                m_in, m_mid, m_out = (M.sigmoid_mask(pos, mu[i], c.tau_width, T) for i in range(3))
+                if full:
+                    n_in = n_mid = n_out = H
+                else:
+                    m_in, m_mid, m_out = m_in[:n_in], m_mid[:n_mid], m_out[:n_out]
+            resolution, m_res = c.input_size, None
+            if c.learns("R"):
+                resolution, m_res = self._resolution(b)
+            x_k, sigma = [1.0] * len(c.input_size), None
+            if c.learns("K"):
+                sigma = self.mask_sigma[b]
+                x_k = M.gaussian_inverse(sigma, T).detach().tolist()
+            scales = [r / s for r, s in zip(resolution, c.input_size)]
+            half = tuple(
+                min(M.gaussian_half_taps(1.0 if full else x, k, sc), (r - 1) // 2)
+                for x, k, sc, r in zip(x_k, c.max_kernel, scales, resolution)
+            )
+            kernel_size = tuple(
+                2 * M.gaussian_half_taps(x, k) + 1 for x, k in zip(x_k, c.max_kernel)
+            )
+            blocks.append(
+                BlockPlan(
+                    index=b,
+                    n_in=n_in,
+                    n_mid=n_mid,
+                    n_out=n_out,
+                    resolution=tuple(resolution),
+                    half_taps=half,
+                    kernel_size=kernel_size,
+                    depth_weight=None if weights is None else weights[b],
+                    m_in=m_in,
+                    m_mid=m_mid,
+                    m_out=m_out,
+                    m_res=m_res,
+                    sigma=sigma,
+                )
+            )
+        if full and c.learns("W"):
+            stream_mask = (torch.arange(H, device=self.enc_b.device) < stream).to(self.enc_b)
+            return Plan(stream=H, blocks=blocks, stream_mask=stream_mask)
+        return Plan(stream=stream, blocks=blocks)
+
+    def _resolution(self, b: int) -> tuple[tuple[int, ...], tuple[Tensor, ...]]:
+        c = self.config
+        sizes, values = [], []
+        for axis, n in enumerate(c.input_size):
+            mu = self.mask_res[b, axis]
+            x_t = M.sigmoid_inverse(mu, c.tau_resolution, c.threshold).detach().item()
+            pos = frequency_positions(n, device=mu.device, dtype=mu.dtype)
+            bins = M.sigmoid_count(x_t, pos.numel())
+            sizes.append(resolution_for_bins(bins, n))
+            values.append(M.sigmoid_mask(pos, mu, c.tau_resolution, c.threshold)[:bins])
+        return tuple(sizes), tuple(values)
+
+    # --- kernels -------------------------------------------------------------------------------
+
+    def kernels(self, plan: Plan) -> list[Tensor]:
+        """Sample every block's kernel (n_in, *taps) in one pass of the shared kernel network."""
+        c = self.config
+        if not plan.blocks:
+            return []
+        grids, coords = [], []
+        for p in plan.blocks:
+            axes = []
+            for h, k, r, s in zip(p.half_taps, c.max_kernel, p.resolution, c.input_size):
+                step = 2.0 / max(k - 1, 1) * (s / r)  # tap spacing in kernel coordinates
+                axes.append(torch.arange(-h, h + 1, device=self.enc_b.device) * step)
+            mesh = torch.meshgrid(*axes, indexing="ij")
+            grids.append(axes)
+            coords.append(torch.stack([m.reshape(-1) for m in mesh], dim=-1))
+        hidden = self.kernel_net.features(torch.cat(coords).to(self.enc_b.dtype))
+        out, start = [], 0
+        for p, axes, xy in zip(plan.blocks, grids, coords):
+            h = hidden[start : start + xy.shape[0]]
+            start += xy.shape[0]
+            k = self.kernel_net.head(h, p.index, p.n_in) * self.kernel_gain  # (n_in, P)
+            k = k.view(p.n_in, *(a.numel() for a in axes))
+            if p.sigma is not None:  # separable Gaussian mask, one factor per axis
+                for axis, a in enumerate(axes):
+                    g = M.gaussian_mask(a.to(k.dtype), p.sigma[axis], c.threshold)
+                    shape = [1] * k.dim()
+                    shape[1 + axis] = -1
+                    k = k * g.view(shape)
+            out.append(k)
+        return out
+
+    # --- forward -------------------------------------------------------------------------------
+
+    def forward(self, x: Tensor, full: bool = False) -> Tensor:
+        plan = self.plan(full=full)
+        return self.run(x, plan)
+
+    def run(self, x: Tensor, plan: Plan) -> Tensor:
+        """Forward pass for a given plan: (B, C_in, *S) -> (B, classes) or (B, C_out, *S)."""
+        if self.embed is not None:
+            x = self.embed(x).movedim(-1, 1)  # (B, *S) ids -> (B, C_in, *S)
+        else:
+            shape = (1, -1) + (1,) * (x.dim() - 2)
+            x = (x - self.input_mean.view(shape)) / self.input_std.view(shape)
+        s = plan.stream
+        h = F.gelu(self.enc_norm(_pointwise(x, self.enc_w[:s], self.enc_b[:s])))  # (B, s, *S)
+        if plan.stream_mask is not None:
+            h = h * plan.stream_mask.view(1, -1, *([1] * (h.dim() - 2)))
+        for p, kernel in zip(plan.blocks, self.kernels(plan)):
+            h = self.blocks[p.index](h, p, kernel)
+        if self.config.dense:
+            y = _pointwise(h, self.dec_w[:, :s], self.dec_b)  # (B, C_out, *S)
+            shape = (1, -1) + (1,) * (y.dim() - 2)
+            return y * self.output_std.view(shape) + self.output_mean.view(shape)
+        return F.linear(h.flatten(2).mean(-1), self.dec_w[:, :s], self.dec_b)  # (B, classes)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (
+            f"learn={c.learn}, input_size={c.input_size}, depth={c.depth}->{c.max_depth}, "
+            f"width={c.width}->{c.max_width}"
+        )
