@@ -4,8 +4,12 @@ Layer costs are pure functions of sizes; a size may be an int (a frozen architec
 "theoretical" figure export compares latency with) or a differentiable tensor from the masks'
 ``size()`` (the search's complexity loss). Terms follow appendix C, with two choices made explicit:
 
-- the Fourier convolution costs ``C L log2 L`` for C depthwise channels (the paper writes
-  ``L log L`` per channel and leaves the channel count implicit);
+- the Fourier convolution costs ``C N log2 N`` for C depthwise channels (the paper writes
+  ``L log L`` per channel and leaves the channel count implicit), where N is the length the FFTs
+  actually run at: a linear (not circular) convolution at resolution R with k taps needs
+  N = prod over axes of (R + k - 1). This is where the kernel size enters the cost (through k, the
+  kernel's extent K scaled to the block's resolution: k = K R / S), so L_comp pushes on the kernel
+  mask too; with ``L log L`` it would be the only mask the budget cannot see;
 - pointwise terms are BatchNorm, GELU and the residual add; dropout is free at inference.
 
 Left out, as in the paper: the kernel network (its cost does not scale with the input), the
@@ -42,12 +46,26 @@ def pointwise_cost(length: Size, channels: Size) -> Size:
     return length * channels
 
 
-def block_cost(length: Size, resolution: Size, n_in: Size, n_mid: Size, n_out: Size) -> dict:
+def fft_length(resolution: list[Size], kernel: list[Size], size: tuple[int, ...]) -> Size:
+    """N = prod_a (R_a + K_a R_a / S_a - 1): the FFT size of a linear convolution at resolution R
+    of a kernel spanning K_a input samples (K_a R_a / S_a taps at that resolution)."""
+    return math.prod(r + k * r / s - 1.0 for r, k, s in zip(resolution, kernel, size))
+
+
+def block_cost(
+    length: Size,
+    resolution: Size,
+    n_in: Size,
+    n_mid: Size,
+    n_out: Size,
+    fft_size: Size | None = None,
+) -> dict:
     """Cost terms of one residual block: ``length`` is the input's size, ``resolution`` the size
-    at which the block computes (both products over the spatial axes)."""
+    at which the block computes (both products over the spatial axes), ``fft_size`` the length of
+    the convolution's FFTs (:func:`fft_length`; default ``resolution``, the paper's form)."""
     return {
         "norm": pointwise_cost(length, n_in),
-        "conv": fourier_conv_cost(resolution, n_in),
+        "conv": fourier_conv_cost(resolution if fft_size is None else fft_size, n_in),
         "linear1": linear_cost(resolution, n_in, n_mid),
         "gelu": pointwise_cost(resolution, n_mid),
         "linear2": linear_cost(resolution, n_mid, n_out),
@@ -77,7 +95,7 @@ def model_cost(model: DNArch) -> dict:
     depth of §2.5 ("C_net,size(m_depth)").
     """
     c = model.config
-    ref = model.enc_b
+    ref = model.enc_w
     length = float(math.prod(c.input_size))
     H, D = c.max_width, c.max_depth
     if c.learns("D"):
@@ -89,14 +107,32 @@ def model_cost(model: DNArch) -> dict:
         widths = M.sigmoid_size(model.mask_width, c.tau_width, H, c.threshold)  # (D, 3)
     else:
         widths = torch.full((D, 3), float(H), dtype=ref.dtype, device=ref.device)
+    size = torch.tensor(c.input_size, dtype=ref.dtype, device=ref.device)
     if c.learns("R"):
-        per_axis = M.sigmoid_size(model.mask_res, c.tau_resolution, 1, c.threshold)  # fraction
-        resolution = (
-            per_axis * torch.tensor(c.input_size, dtype=ref.dtype, device=ref.device)
-        ).prod(-1)
+        fraction = M.sigmoid_size(model.mask_res, c.tau_resolution, 1, c.threshold)  # (D, axes)
+        res_axes = fraction * size
     else:
-        resolution = torch.full((D,), length, dtype=ref.dtype, device=ref.device)
-    blocks = [block_cost(length, resolution[b], *widths[b]) for b in range(D)]
+        res_axes = size.expand(D, -1)
+    resolution = res_axes.prod(-1)
+    if c.learns("K"):
+        kernel = torch.stack(
+            [
+                M.gaussian_size(model.mask_sigma[:, a], k, c.threshold)
+                for a, k in enumerate(c.max_kernel)
+            ],
+            dim=-1,
+        )  # (D, axes), in input samples
+    else:
+        kernel = torch.tensor(c.max_kernel, dtype=ref.dtype, device=ref.device).expand(D, -1)
+    blocks = [
+        block_cost(
+            length,
+            resolution[b],
+            *widths[b],
+            fft_size=fft_length(list(res_axes[b]), list(kernel[b]), c.input_size),
+        )
+        for b in range(D)
+    ]
     # the stream is as wide as the widest channel a block in use reads or writes
     used = (weights > 0).nonzero().flatten()
     stream = widths[used][:, [0, 2]].max() if c.learns("W") and used.numel() else float(H)
@@ -118,7 +154,8 @@ def base_cost(config) -> float:
     length = float(math.prod(config.input_size))
     H = float(config.width)
     total = sum(encoder_cost(length, config.in_channels, H).values())
-    total += config.depth * sum(block_cost(length, length, H, H, H).values())
+    n = fft_length(list(config.input_size), list(config.max_kernel), config.input_size)
+    total += config.depth * sum(block_cost(length, length, H, H, H, fft_size=n).values())
     total += sum(decoder_cost(length, H, config.out_channels, config.dense).values())
     return float(total)
 
@@ -126,3 +163,28 @@ def base_cost(config) -> float:
 def complexity_loss(cost: Tensor, target: float) -> Tensor:
     """L_comp = (C / C_target - 1)^2 (§2.5)."""
     return (cost / target - 1.0) ** 2
+
+
+def architecture_cost(arch) -> float:
+    """The cost of a frozen :class:`~dnarch_deploy.architecture.Architecture` (discrete sizes):
+    the theoretical figure of a found network, in MACs."""
+    length = float(math.prod(arch.input_size))
+    total = sum(encoder_cost(length, arch.in_channels, arch.stream_width).values())
+    for b in arch.blocks:
+        fft_size = math.prod(r + t - 1 for r, t in zip(b.resolution, b.kernel_taps))
+        total += sum(block_cost(length, float(math.prod(b.resolution)), b.n_in, b.n_mid,
+                                b.n_out, fft_size=float(fft_size)).values())
+    total += sum(decoder_cost(length, arch.stream_width, arch.out_channels, arch.dense).values())
+    return float(total)
+
+
+def architecture_params(arch) -> int:
+    """Parameters of the deployed (materialised) network: sampled kernels, folded norms and
+    pointwise layers; the kernel network and masks are gone after export."""
+    stream = arch.stream_width
+    total = arch.in_channels * stream + stream  # encoder (norm folded)
+    for b in arch.blocks:
+        total += b.n_in * math.prod(b.kernel_taps) + b.n_in  # kernel and folded norm shift
+        total += b.n_in * b.n_mid + b.n_mid + b.n_mid * b.n_out + b.n_out
+    total += stream * arch.out_channels + arch.out_channels
+    return int(total)

@@ -22,6 +22,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -119,9 +120,11 @@ class Plan:
     stream_mask: Tensor | None = None  # only in the full (reference) computation
 
 
-def _pointwise(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+def _pointwise(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """A 1x1 convolution on (B, C, *S) as one batched matmul: (B, out, *S)."""
-    y = torch.matmul(weight, x.flatten(2)) + bias[:, None]
+    y = torch.matmul(weight, x.flatten(2))
+    if bias is not None:
+        y = y + bias[:, None]
     return y.view(x.shape[0], weight.shape[0], *x.shape[2:])
 
 
@@ -140,6 +143,7 @@ class Norm(nn.Module):
         self.register_buffer("running_mean", torch.zeros(channels))
         self.register_buffer("running_var", torch.ones(channels))
         self.register_buffer("calibrated", torch.tensor(False))
+        self.sync = False  # all-reduce batch statistics across ranks (distributed search)
 
     def forward(self, x: Tensor, scale: Tensor | None = None) -> Tensor:
         n = x.shape[1]
@@ -147,9 +151,41 @@ class Norm(nn.Module):
         if scale is not None:  # a mask value right after the norm folds into its affine part
             weight, bias = weight * scale, bias * scale
         population = bool(self.calibrated) and not self.training
+        if self.training and self.sync and dist.is_available() and dist.is_initialized():
+            return _synced_batch_norm(x, weight, bias, self.eps)
         mean = self.running_mean[:n] if population else None
         var = self.running_var[:n] if population else None
         return F.batch_norm(x, mean, var, weight, bias, not population, 0.0, self.eps)
+
+
+class _AllReduceSum(torch.autograd.Function):
+    """Sum over ranks; the gradient of a sum over ranks is the sum of the ranks' gradients."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        x = x.clone()
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+def _synced_batch_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """Batch statistics over the global batch of all ranks (differentiable all-reduce), so that
+    N processes with B/N samples each normalise exactly as one process with B samples."""
+    dims = [0, *range(2, x.dim())]
+    count = x.new_tensor([x.numel() / x.shape[1]])
+    stats = _AllReduceSum.apply(torch.cat([x.sum(dims), (x * x).sum(dims), count]))
+    c = x.shape[1]
+    mean = stats[:c] / stats[-1]
+    var = stats[c : 2 * c] / stats[-1] - mean * mean
+    shape = (1, -1) + (1,) * (x.dim() - 2)
+    scale = weight * torch.rsqrt(var + eps)
+    return x * scale.view(shape) + (bias - mean * scale).view(shape)
 
 
 class Block(nn.Module):
@@ -203,8 +239,7 @@ class DNArch(nn.Module):
         self.embed = nn.Embedding(c.vocab_size, c.in_channels) if c.vocab_size else None
         self._norm_buffer("input", c.input_mean, c.input_std, c.in_channels)
         self._norm_buffer("output", c.output_mean, c.output_std, c.out_channels)
-        self.enc_w = nn.Parameter(torch.empty(H, c.in_channels))
-        self.enc_b = nn.Parameter(torch.zeros(H))
+        self.enc_w = nn.Parameter(torch.empty(H, c.in_channels))  # no bias: BatchNorm follows
         nn.init.kaiming_uniform_(self.enc_w, a=math.sqrt(5))
         self.enc_norm = Norm(H)
         self.blocks = nn.ModuleList(Block(H, c.dropout) for _ in range(D))
@@ -272,7 +307,7 @@ class DNArch(nn.Module):
         H, D, T = c.max_width, c.max_depth, c.threshold
         depth, weights = D, None
         if c.learns("D"):
-            grid = M.grid(D, device=self.mask_depth.device)
+            grid = M.grid(D, self.mask_depth.device, self.mask_depth.dtype)
             weights = M.sigmoid_mask(grid, self.mask_depth, c.tau_depth, T)
             x_t = M.sigmoid_inverse(self.mask_depth, c.tau_depth, T).detach().item()
             depth = M.sigmoid_count(x_t, D)
@@ -287,7 +322,7 @@ class DNArch(nn.Module):
                 n_in, n_mid, n_out = (M.sigmoid_count(x, H) for x in x_t)
                 if b < depth:
                     stream = max(stream, n_in, n_out)
-                pos = M.grid(H, device=mu.device)
+                pos = M.grid(H, mu.device, mu.dtype)
                 m_in, m_mid, m_out = (M.sigmoid_mask(pos, mu[i], c.tau_width, T) for i in range(3))
                 if full:
                     n_in = n_mid = n_out = H
@@ -326,7 +361,7 @@ class DNArch(nn.Module):
                 )
             )
         if full and c.learns("W"):
-            stream_mask = (torch.arange(H, device=self.enc_b.device) < stream).to(self.enc_b)
+            stream_mask = (torch.arange(H, device=self.enc_w.device) < stream).to(self.enc_w)
             return Plan(stream=H, blocks=blocks, stream_mask=stream_mask)
         return Plan(stream=stream, blocks=blocks)
 
@@ -350,15 +385,16 @@ class DNArch(nn.Module):
         if not plan.blocks:
             return []
         grids, coords = [], []
+        ref = self.enc_w
         for p in plan.blocks:
             axes = []
             for h, k, r, s in zip(p.half_taps, c.max_kernel, p.resolution, c.input_size):
                 step = 2.0 / max(k - 1, 1) * (s / r)  # tap spacing in kernel coordinates
-                axes.append(torch.arange(-h, h + 1, device=self.enc_b.device) * step)
+                axes.append(torch.arange(-h, h + 1, device=ref.device, dtype=ref.dtype) * step)
             mesh = torch.meshgrid(*axes, indexing="ij")
             grids.append(axes)
             coords.append(torch.stack([m.reshape(-1) for m in mesh], dim=-1))
-        hidden = self.kernel_net.features(torch.cat(coords).to(self.enc_b.dtype))
+        hidden = self.kernel_net.features(torch.cat(coords).to(self.enc_w.dtype))
         out, start = [], 0
         for p, axes, xy in zip(plan.blocks, grids, coords):
             h = hidden[start : start + xy.shape[0]]
@@ -388,7 +424,7 @@ class DNArch(nn.Module):
             shape = (1, -1) + (1,) * (x.dim() - 2)
             x = (x - self.input_mean.view(shape)) / self.input_std.view(shape)
         s = plan.stream
-        h = F.gelu(self.enc_norm(_pointwise(x, self.enc_w[:s], self.enc_b[:s])))  # (B, s, *S)
+        h = F.gelu(self.enc_norm(_pointwise(x, self.enc_w[:s])))  # (B, s, *S)
         if plan.stream_mask is not None:
             h = h * plan.stream_mask.view(1, -1, *([1] * (h.dim() - 2)))
         for p, kernel in zip(plan.blocks, self.kernels(plan)):

@@ -1,0 +1,115 @@
+"""Checkpoints: weights as safetensors, training state loadable with ``weights_only=True``.
+
+The last checkpoint is one directory per epoch, ``checkpoints/epoch-NNNNN/`` holding
+``model.safetensors`` and ``state.pt``. It is written under a temporary name, fsynced, and renamed
+into place, so a run killed at any moment leaves either the previous checkpoint or the new one,
+never a mix; older ones are deleted only after the new one is in place. ``checkpoints/model.safetensors``
+(the last weights, for readers) and ``checkpoints/best.safetensors`` are single atomic files.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save
+
+from dnarch_deploy import rundir as R
+from dnarch_deploy.io import atomic_write_bytes, atomic_write_text
+
+PREFIX = "epoch-"
+
+
+def save_weights(model: torch.nn.Module, path: Path) -> None:
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    atomic_write_bytes(path, save(state, metadata={"format": "pt"}))
+
+
+def load_weights_into(model: torch.nn.Module, path: Path) -> None:
+    R.load_weights(model, path)  # one loader, with the run-directory error messages
+
+
+def _epoch_dirs(run_dir: Path) -> list[Path]:
+    root = run_dir / R.CHECKPOINTS
+    dirs = [p for p in root.glob(PREFIX + "*") if p.is_dir() and p.name[len(PREFIX):].isdigit()]
+    return sorted(dirs, key=lambda p: int(p.name[len(PREFIX):]))
+
+
+def save_last(run_dir: Path, model, opt, sched, info: dict) -> None:
+    root = run_dir / R.CHECKPOINTS
+    root.mkdir(exist_ok=True)
+    final = root / f"{PREFIX}{info['epoch']:05d}"
+    tmp = root / f".tmp-{final.name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_weights(model, tmp / "model.safetensors")
+    state = {
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        **{k: (torch.tensor(float("nan")) if v is None else v) for k, v in info.items()},
+    }
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(tmp / "state.pt", buffer.getvalue())
+    shutil.rmtree(final, ignore_errors=True)  # only exists if this epoch was checkpointed before
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    save_weights(model, run_dir / R.LAST_WEIGHTS)
+    for old in _epoch_dirs(run_dir)[:-1]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def load_last(run_dir: Path, model, opt, sched) -> dict:
+    """Restore the newest checkpoint; a damaged one is a RunError naming the file."""
+    dirs = _epoch_dirs(run_dir)
+    if not dirs:
+        raise R.RunError(f"{run_dir / R.CHECKPOINTS}: no checkpoint to resume from "
+                         "(the run stopped before its first epoch ended; start it again "
+                         "without --resume in a new directory)")
+    last = dirs[-1]
+    R.load_weights(model, last / "model.safetensors")
+    path = last / "state.pt"
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        if torch.cuda.is_available() and state["cuda_rng"]:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        info = {k: state[k] for k in ("epoch", "step", "best", "best_epoch", "wall_seconds")}
+    except Exception as e:  # noqa: BLE001 - any failure here means a damaged or foreign file
+        raise R.RunError(f"{path}: damaged training state ({type(e).__name__}: {e})") from None
+    if isinstance(info["best"], torch.Tensor):
+        info["best"] = None if info["best"].isnan() else float(info["best"])
+    return info
+
+
+def truncate_records(run_dir: Path, epoch: int) -> None:
+    """Drop records written after the checkpoint of ``epoch`` (a run killed mid-epoch)."""
+    for name in (R.METRICS, R.ARCHITECTURES):
+        path = run_dir / name
+        if not path.exists():
+            continue
+        keep = []
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by the kill
+            if row.get("epoch") is not None and row["epoch"] <= epoch and row.get("split") != "test":
+                keep.append(line)
+        atomic_write_text(path, "".join(line + "\n" for line in keep))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

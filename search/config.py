@@ -1,0 +1,137 @@
+"""The search configuration: one dataclass of commented defaults, parsed by argparse.
+
+Every field is a flag (``lr`` -> ``--lr``, ``tau_width`` -> ``--tau-width``); its help text is the
+``help`` metadata below. The resolved configuration is saved in RUN_DIR/config.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _f(default: Any, help: str, **kw) -> Any:
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class SearchConfig:
+    # --- what to learn and on what
+    task: str = _f("ucr:GunPoint", "task name (`python -m search.tasks` lists them)")
+    task_option: list[str] = _f(None, "task option KEY=VALUE (repeatable), e.g. n_train=200",
+                                action="append")
+    out: str = _f("", "run directory to create (default: runs/<task>-<learn>-s<seed>)")
+    learn: str = _f("KRWD", "what the masks learn: any subset of K,R,W,D (kernel size, "
+                    "resolution, width, depth), or 'none' for the fixed base CCNN")
+    # --- the base network CCNN_{D,H} and the budget
+    depth: int = _f(4, "D: blocks of the base network (the search may use up to 2D)")
+    width: int = _f(32, "H: channels of the base network (the search may use up to 2H)")
+    embed_dim: int = _f(16, "embedding size for token tasks")
+    budget: float = _f(1.0, "C_target as a multiple of the base network's cost (> 0)")
+    lam: float = _f(0.1, "lambda: weight of the complexity loss (C/C_target - 1)^2")
+    # --- optimisation (paper appendix E: AdamW, linear warm-up then cosine)
+    epochs: int = _f(60, "training epochs")
+    batch_size: int = _f(16, "global batch size (split across ranks when distributed)")
+    lr: float = _f(0.01, "learning rate of the network weights")
+    mask_lr: float = _f(0.01, "learning rate of the mask parameters (no weight decay)")
+    weight_decay: float = _f(0.01, "AdamW weight decay of the network weights")
+    warmup_epochs: int = _f(5, "epochs of linear learning-rate warm-up")
+    dropout: float = _f(0.0, "dropout after the block's GELU")
+    # --- kernel network and masks
+    omega_0: float = _f(5.0, "frequency prior of the kernel network's Fourier features")
+    tau_resolution: float = _f(50.0, "temperature of the resolution masks")
+    tau_width: float = _f(25.0, "temperature of the width masks")
+    tau_depth: float = _f(8.0, "temperature of the depth mask")
+    # --- running
+    seed: int = _f(0, "random seed (data order, initialisation, dropout)")
+    device: str = _f("auto", "auto, cpu or cuda")
+    amp: bool = _f(True, "bfloat16 autocast on CUDA (ignored on CPU)")
+    resume: bool = _f(False, "continue RUN_DIR from its last checkpoint")
+    eval_batch_size: int = _f(256, "batch size for validation and test")
+
+    def __post_init__(self):
+        self.task_option = list(self.task_option or [])
+
+    def validate(self) -> None:
+        """User errors in the flags: one message naming the flag."""
+        checks = [
+            (self.budget > 0, f"--budget must be > 0 (a multiple of the base cost), got {self.budget}"),
+            (self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}"),
+            (self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}"),
+            (self.eval_batch_size >= 1, f"--eval-batch-size must be >= 1, got {self.eval_batch_size}"),
+            (self.depth >= 1 and self.width >= 1, "--depth and --width must be >= 1"),
+            (self.lr > 0 and self.mask_lr >= 0, "--lr must be > 0 and --mask-lr >= 0"),
+            (self.lam >= 0, f"--lam must be >= 0, got {self.lam}"),
+            (0 <= self.dropout < 1, f"--dropout must be in [0, 1), got {self.dropout}"),
+            (self.warmup_epochs >= 0, f"--warmup-epochs must be >= 0, got {self.warmup_epochs}"),
+            (self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, "
+             f"got {self.device!r}"),
+            (min(self.tau_resolution, self.tau_width, self.tau_depth, self.omega_0) > 0,
+             "--tau-* and --omega-0 must be > 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        if self.learn.lower() == "none" and self.budget != 1.0:
+            raise ValueError(f"--learn none trains the fixed base CCNN, whose cost is fixed: "
+                             f"--budget {self.budget} cannot be met (leave it at 1.0)")
+        if self.learn.lower() != "none" and (
+            not self.learn or any(c not in "KRWDkrwd" for c in self.learn)
+        ):
+            raise ValueError(f"--learn must be a subset of K,R,W,D or 'none', got {self.learn!r}")
+
+    def task_options(self) -> dict[str, Any]:
+        """--task-option KEY=VALUE pairs, values parsed as int/float/bool where they look so."""
+        options = {}
+        for item in self.task_option:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ValueError(f"--task-option expects KEY=VALUE, got {item!r}")
+            options[key.strip()] = _parse_value(value.strip())
+        return options
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _parse_value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m search.run",
+        description="Learn a CNN's architecture (kernel sizes, resolution, widths, depth) by "
+        "backpropagation under a compute budget (DNArch), writing a run directory.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    for f in dataclasses.fields(SearchConfig):
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f.metadata["help"]
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
+                                help=help_text)
+        elif f.metadata.get("action") == "append":
+            parser.add_argument(flag, action="append", default=None, help=help_text)
+        else:
+            kind = {"int": int, "float": float, "str": str}[str(f.type)]
+            parser.add_argument(flag, type=kind, default=f.default, help=help_text)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[SearchConfig, set[str]]:
+    """The config and the names of the flags the user actually gave (for resume checks)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    defaults = vars(parser.parse_args([]))
+    given = {k for k, v in vars(args).items() if v != defaults[k]}
+    return SearchConfig(**vars(args)), given
