@@ -3,8 +3,9 @@
 The last checkpoint is one directory per epoch, ``checkpoints/epoch-NNNNN/`` holding
 ``model.safetensors`` and ``state.pt``. It is written under a temporary name, fsynced, and renamed
 into place, so a run killed at any moment leaves either the previous checkpoint or the new one,
-never a mix; older ones are deleted only after the new one is in place. ``checkpoints/model.safetensors``
-(the last weights, for readers) and ``checkpoints/best.safetensors`` are single atomic files.
+never a mix; older ones are deleted only after the new one is in place.
+``checkpoints/model.safetensors`` (the last weights, for readers) and
+``checkpoints/best.safetensors`` are single atomic files.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save
+from safetensors.torch import save
 
 from dnarch_deploy import rundir as R
 from dnarch_deploy.io import atomic_write_bytes, atomic_write_text
@@ -102,7 +103,8 @@ def truncate_records(run_dir: Path, epoch: int) -> None:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by the kill
-            if row.get("epoch") is not None and row["epoch"] <= epoch and row.get("split") != "test":
+            done = row.get("epoch") is not None and row["epoch"] <= epoch
+            if done and row.get("split") != "test":
                 keep.append(line)
         atomic_write_text(path, "".join(line + "\n" for line in keep))
 

@@ -57,10 +57,12 @@ class SearchConfig:
     def validate(self) -> None:
         """User errors in the flags: one message naming the flag."""
         checks = [
-            (self.budget > 0, f"--budget must be > 0 (a multiple of the base cost), got {self.budget}"),
+            (self.budget > 0, f"--budget must be > 0 (a multiple of the base cost), "
+             f"got {self.budget}"),
             (self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}"),
             (self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}"),
-            (self.eval_batch_size >= 1, f"--eval-batch-size must be >= 1, got {self.eval_batch_size}"),
+            (self.eval_batch_size >= 1, f"--eval-batch-size must be >= 1, "
+             f"got {self.eval_batch_size}"),
             (self.depth >= 1 and self.width >= 1, "--depth and --width must be >= 1"),
             (self.lr > 0 and self.mask_lr >= 0, "--lr must be > 0 and --mask-lr >= 0"),
             (self.lam >= 0, f"--lam must be >= 0, got {self.lam}"),
