@@ -17,6 +17,11 @@ from .conftest import TINY, env, run_search
 # float32 summation order differs between 1 and 2 processes; Adam rescales each update,
 # so after 15 steps the weights agree to about 1e-4 relative
 TOLERANCE = dict(rtol=2e-3, atol=2e-4)
+# With one input channel, each row of the encoder's weight is a single number followed by
+# BatchNorm, which undoes its scale: its gradient is zero up to rounding, and Adam turns that
+# rounding noise into full-size steps. The function does not depend on it (only its sign, which
+# such steps never flip), so it is compared through the outputs instead.
+SCALE_FREE = {"enc_w"}
 
 
 def test_two_processes_match_one(tmp_path):
@@ -29,8 +34,15 @@ def test_two_processes_match_one(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert R.read_config(two)["world_size"] == 2
     a, b = load_file(str(one / R.LAST_WEIGHTS)), load_file(str(two / R.LAST_WEIGHTS))
-    for k in a:
-        torch.testing.assert_close(b[k], a[k], **TOLERANCE, msg=k)
+    assert a.keys() == b.keys()
+    for k in a.keys() - SCALE_FREE:
+        torch.testing.assert_close(b[k], a[k], **TOLERANCE, msg=lambda m, k=k: f"{k}: {m}")
+    torch.testing.assert_close(b["enc_w"].sign(), a["enc_w"].sign())
+    # the two trained networks compute the same function
+    run_a, run_b = R.load_run(one, weights="last"), R.load_run(two, weights="last")
+    x = torch.as_tensor(run_a.task.x_test)
+    with torch.no_grad():
+        torch.testing.assert_close(run_b.model(x), run_a.model(x), rtol=1e-3, atol=1e-3)
     va = [r["loss"] for r in R.read_jsonl(one / R.METRICS) if r["split"] == "train"]
     vb = [r["loss"] for r in R.read_jsonl(two / R.METRICS) if r["split"] == "train"]
     torch.testing.assert_close(torch.tensor(vb), torch.tensor(va), rtol=1e-3, atol=1e-4)
