@@ -1,0 +1,445 @@
+"""Read run directories into tidy pandas frames for the dashboard (read-only, never writes).
+
+Everything goes through :mod:`dnarch_deploy.rundir`, so a damaged file raises a ``RunError`` (a
+``SchemaError``) whose message names the file and the field; the app shows that message.
+The export report (written by ``python -m export.onnx``) is checked field by field as it is read:
+:func:`latency_frame` lists what it accepts, and a wrong field is a RunError naming it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dnarch_deploy import rundir
+from dnarch_deploy.architecture import Architecture, SchemaError
+from dnarch_deploy.rundir import RunError
+
+REPORT = "export/report.json"
+LIVE_SECONDS = 600.0  # a run without summary.json whose metrics changed this recently is training
+MAX_DEPTH = 4  # how deep under the runs directory run directories are looked for
+
+
+# --- finding runs and their state ----------------------------------------------------------------
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Run directories (those holding config.json) under ``root``, sorted by relative path."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for config in root.rglob(rundir.CONFIG):
+        run = config.parent
+        depth = len(run.relative_to(root).parts)
+        if depth <= MAX_DEPTH and rundir.EXPORT not in run.relative_to(root).parts:
+            found.append(run)
+    return sorted(found, key=lambda p: str(p.relative_to(root)))
+
+
+def run_name(root: str | Path, run: Path) -> str:
+    name = str(Path(run).relative_to(root))
+    return Path(run).name if name == "." else name
+
+
+def run_status(run: Path, now: float | None = None) -> str:
+    """"finished" (summary.json written), "training" (metrics recently written) or "stopped"."""
+    if (run / rundir.SUMMARY).exists():
+        return "finished"
+    now = time.time() if now is None else now
+    metrics = run / rundir.METRICS
+    if metrics.exists() and now - metrics.stat().st_mtime < LIVE_SECONDS:
+        return "training"
+    return "stopped"
+
+
+def export_status(run: Path) -> str:
+    """"exported", "damaged report" (report.json unreadable), "exporting" or "not exported"."""
+    if (run / REPORT).exists():
+        try:
+            read_report(run)
+        except RunError:
+            return "damaged report"
+        return "exported"
+    return "exporting" if (run / rundir.EXPORT).is_dir() else "not exported"
+
+
+def runs_frame(root: str | Path) -> pd.DataFrame:
+    """One row per run: task, learned components, metric, complexity ratio, status, export."""
+    rows = []
+    for run in find_runs(root):
+        row: dict[str, Any] = {"run": run_name(root, run), "task": None, "learn": None,
+                               "metric": None, "test metric": None, "complexity ratio": None,
+                               "status": run_status(run), "export": export_status(run),
+                               "problem": ""}
+        try:
+            config = rundir.read_config(run)
+            row["task"] = config["task"]
+            row["learn"] = config.get("model", {}).get("learn")
+            if (run / rundir.SUMMARY).exists():
+                summary = rundir.read_summary(run)
+                row.update({"task": summary["task"], "learn": summary["learn"],
+                            "metric": summary["metric_name"],
+                            "test metric": summary["test_metric"],
+                            "complexity ratio": summary["complexity_ratio"]})
+            else:
+                last = last_metrics(run)
+                row["metric"] = last.get("metric_name")
+                row["complexity ratio"] = last.get("complexity_ratio")
+            check_run(run)
+        except SchemaError as e:
+            row["problem"] = str(e)
+            row["status"] = "damaged"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["run", "task", "learn", "metric", "test metric",
+                                       "complexity ratio", "status", "export", "problem"])
+
+
+def check_run(run: Path) -> None:
+    """Read every record of a run; the first damaged file raises a RunError naming it."""
+    rundir.read_config(run)
+    if (run / rundir.SUMMARY).exists():
+        rundir.read_summary(run)
+    if (run / rundir.ARCHITECTURE).exists():
+        rundir.read_architecture(run)
+    rundir.read_architectures(run)
+    metrics_frame(run)
+
+
+# --- training records -----------------------------------------------------------------------------
+
+METRIC_KEYS = ("step", "epoch", "split", "loss")
+STANDARD_COLUMNS = {"step", "epoch", "split", "loss", "loss_obj", "loss_comp", "complexity_ratio",
+                    "lr", "metric", "seconds"}
+
+
+def metrics_frame(run: Path) -> pd.DataFrame:
+    """metrics.jsonl as a frame (one row per logged epoch and split), checked for required keys.
+
+    The test row is logged with ``step`` null and the epoch whose weights it tests; it is placed
+    at that epoch's last step so it can be drawn beside the validation curve.
+    """
+    path = Path(run) / rundir.METRICS
+    rows = rundir.read_jsonl(path)
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise RunError(f"{path}: line {i + 1} is not a JSON object")
+        for key in METRIC_KEYS:
+            if key not in row:
+                raise RunError(f"{path}: line {i + 1}: missing field '{key}'")
+        step = row["step"]
+        if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+            raise RunError(f"{path}: line {i + 1}: field 'step' must be an integer or null, "
+                           f"got {step!r}")
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=[*METRIC_KEYS, "metric", "complexity_ratio"])
+    for column in ("metric", "complexity_ratio"):
+        if column not in frame:
+            frame[column] = float("nan")
+    epoch_step = frame.groupby("epoch")["step"].max()  # the test row: where its epoch ended
+    frame["step"] = frame["step"].fillna(frame["epoch"].map(epoch_step))
+    frame["step"] = frame["step"].fillna(frame["step"].max()).fillna(0).astype(int)
+    return frame
+
+
+def last_metrics(run: Path) -> dict[str, Any]:
+    """The last logged row (for a run still training), with ``metric_name`` when it can tell."""
+    frame = metrics_frame(run)
+    if frame.empty:
+        return {}
+    last = frame.iloc[-1].dropna().to_dict()
+    last["metric_name"] = metric_name(run, frame)
+    return last
+
+
+def metric_name(run: Path, frame: pd.DataFrame | None = None) -> str:
+    """The task metric's name: summary.json's ``metric_name``, else the extra key the metrics rows
+    carry next to ``metric`` (e.g. "accuracy"), else "metric"."""
+    run = Path(run)
+    if (run / rundir.SUMMARY).exists():
+        return str(rundir.read_summary(run)["metric_name"])
+    frame = metrics_frame(run) if frame is None else frame
+    extra = [c for c in frame.columns if c not in STANDARD_COLUMNS]
+    return extra[0] if len(extra) == 1 else "metric"
+
+
+# --- architectures --------------------------------------------------------------------------------
+
+
+def axis_names(arch: Architecture) -> list[str]:
+    """Names for the spatial axes: "L" for sequences, "H", "W" for images."""
+    return ["L"] if len(arch.input_size) == 1 else ["H", "W"]
+
+
+def _extent(values: list[int]) -> str:
+    return "×".join(str(v) for v in values)
+
+
+def blocks_frame(arch: Architecture) -> pd.DataFrame:
+    """One row per block: kernel size, resolution and taps per axis, widths, depth weight."""
+    axes = axis_names(arch)
+    rows = []
+    for b in arch.blocks:
+        row: dict[str, Any] = {"block": b.index, "kernel size": _extent(b.kernel_size),
+                               "resolution": _extent(b.resolution)}
+        for i, axis in enumerate(axes):
+            row[f"kernel {axis}"] = b.kernel_size[i]
+            row[f"resolution {axis}"] = b.resolution[i]
+            row[f"resolution {axis} (fraction)"] = b.resolution[i] / arch.input_size[i]
+            row[f"taps {axis}"] = b.kernel_taps[i]
+        row.update({"n_in": b.n_in, "n_mid": b.n_mid, "n_out": b.n_out,
+                    "depth weight": b.depth_weight})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def evolution_frame(archs: list[Architecture]) -> pd.DataFrame:
+    """All architecture snapshots stacked: the blocks frame plus epoch, stream width and depth."""
+    frames = []
+    for epoch, arch in snapshots_by_epoch(archs).items():
+        frame = blocks_frame(arch)
+        frame.insert(0, "epoch", epoch)
+        frame["stream width"] = arch.stream_width
+        frame["depth"] = arch.depth
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True)
+
+
+def snapshots_by_epoch(archs: list[Architecture]) -> dict[int, Architecture]:
+    """The last snapshot of each epoch (a resumed run may log an epoch twice)."""
+    return {arch.epoch if arch.epoch is not None else i: arch for i, arch in enumerate(archs)}
+
+
+def architecture_facts(arch: Architecture) -> dict[str, Any]:
+    return {"input size": _extent(arch.input_size), "stream width": arch.stream_width,
+            "max width": arch.max_width, "depth": arch.depth, "max depth": arch.max_depth,
+            "learn": arch.learn, "dense": arch.dense, "epoch": arch.epoch}
+
+
+# --- the export report ----------------------------------------------------------------------------
+
+
+def read_report(run: Path) -> dict[str, Any]:
+    """export/report.json with its required keys (equivalence, ops, latency, backends)."""
+    return rundir.read_json(Path(run) / REPORT, rundir.REPORT_KEYS)
+
+
+def _where(run: Path, field: str) -> str:
+    return f"{Path(run) / REPORT}: field '{field}'"
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok else None
+
+
+def _object(run: Path, value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RunError(f"{_where(run, field)} must be an object, got {value!r}")
+    return value
+
+
+def _measured(entry: dict[str, Any], batch: str) -> float | None:
+    """An entry's measured milliseconds at ``batch`` (``measured_ms_by_batch``), else its
+    ``measured_ms`` (batch 1); None when the export did not measure it (--no-per-layer)."""
+    by_batch = entry.get("measured_ms_by_batch")
+    if isinstance(by_batch, dict) and batch in by_batch:
+        return _number(by_batch[batch])
+    return _number(entry.get("measured_ms")) if batch == "1" else None
+
+
+def report_tolerance(report: dict[str, Any]) -> float | None:
+    """The relative-error tolerance the export verified against, when the report gives it."""
+    return _number(report.get("tolerance"))
+
+
+def latency_batches(report: dict[str, Any]) -> list[str]:
+    """The batch sizes the export measured, as strings ("1", "32"); ["1"] when it does not say."""
+    batches = report["latency"].get("batches") if isinstance(report["latency"], dict) else None
+    return [str(b) for b in batches] if isinstance(batches, list) and batches else ["1"]
+
+
+def latency_frame(run: Path, report: dict[str, Any], batch: str = "1",
+                  cost: str = "theoretical") -> pd.DataFrame:
+    """One row per layer plus a "total" row: tactic, theoretical and paper MACs per sample,
+    measured_ms (onnxruntime, at ``batch``) and theoretical_ms.
+
+    Reads ``latency.layers`` ({name: entry} or [{"name", ...}]) and ``latency.total``, each entry
+    with ``theoretical`` (lowered operators), ``paper`` (the search's cost model), ``tactic``,
+    ``measured_ms`` and ``measured_ms_by_batch``. A missing total is the sum of the layers; a
+    layer without a measurement (export --no-per-layer) has measured_ms NaN.
+    ``theoretical_ms`` puts ``cost`` ("theoretical" or "paper") in milliseconds: the layer's share
+    of the total cost times the measured total, so a layer on y = x takes exactly its share.
+    """
+    latency = _object(run, report["latency"], "latency")
+    layers = latency.get("layers", {})
+    if isinstance(layers, list):
+        layers = {str(e.get("name", i)) if isinstance(e, dict) else str(i): e
+                  for i, e in enumerate(layers)}
+    layers = _object(run, layers, "latency.layers")
+    rows = []
+    for name, entry in layers.items():
+        entry = _object(run, entry, f"latency.layers.{name}")
+        if _number(entry.get(cost)) is None:
+            raise RunError(f"{_where(run, f'latency.layers.{name}.{cost}')} is missing or not a "
+                           f"number")
+        rows.append({"layer": name, "tactic": entry.get("tactic"),
+                     "theoretical": _number(entry.get("theoretical")),
+                     "paper": _number(entry.get("paper")), "measured_ms": _measured(entry, batch)})
+    total = latency.get("total")
+    if total is None:
+        total = {key: sum(r[key] or 0.0 for r in rows) for key in ("theoretical", "paper")}
+        total["measured_ms"] = sum(r["measured_ms"] or 0.0 for r in rows) or None
+    total = _object(run, total, "latency.total")
+    measured_total = _measured(total, batch)
+    if measured_total is None:
+        raise RunError(f"{_where(run, 'latency.total.measured_ms')} is missing for batch {batch}")
+    rows.append({"layer": "total", "tactic": None, "theoretical": _number(total.get("theoretical")),
+                 "paper": _number(total.get("paper")), "measured_ms": measured_total})
+    frame = pd.DataFrame(rows, columns=["layer", "tactic", "theoretical", "paper", "measured_ms"])
+    frame["measured_ms"] = frame["measured_ms"].astype(float)
+    cost_total = frame[cost].iloc[-1] or frame[cost].iloc[:-1].sum()
+    frame["theoretical_ms"] = frame[cost] / cost_total * measured_total if cost_total else None
+    return frame
+
+
+EAGER_NAMES = {"trained_ms": "PyTorch eager, trained (masked)",
+               "static_ms": "PyTorch eager, static", "lowered_ms": "PyTorch eager, lowered"}
+
+
+def totals_frame(run: Path, report: dict[str, Any]) -> pd.DataFrame:
+    """Total latency per backend and batch: onnxruntime (``latency.total``) and the eager
+    PyTorch modules the export also timed (``latency.eager``: {name_ms: {batch: ms}})."""
+    latency = _object(run, report["latency"], "latency")
+    rows = []
+    total = latency.get("total")
+    if isinstance(total, dict):
+        for batch in latency_batches(report):
+            ms = _measured(total, batch)
+            if ms is not None:
+                rows.append({"backend": "onnxruntime", "batch": batch, "measured_ms": ms})
+    eager = latency.get("eager", {})
+    for key, by_batch in _object(run, eager, "latency.eager").items():
+        for batch, ms in _object(run, by_batch, f"latency.eager.{key}").items():
+            if _number(ms) is None:
+                raise RunError(f"{_where(run, f'latency.eager.{key}.{batch}')} must be a number, "
+                               f"got {ms!r}")
+            rows.append({"backend": EAGER_NAMES.get(key, key), "batch": str(batch),
+                         "measured_ms": float(ms)})
+    return pd.DataFrame(rows, columns=["backend", "batch", "measured_ms"])
+
+
+def equivalence_frame(run: Path, report: dict[str, Any]) -> pd.DataFrame:
+    """One row per verification stage: max_abs, max_rel and, when the report gives its
+    ``tolerance``, whether max_rel is within it."""
+    equivalence = _object(run, report["equivalence"], "equivalence")
+    tolerance = report_tolerance(report)
+    rows = []
+    for stage, entry in equivalence.items():
+        entry = _object(run, entry, f"equivalence.{stage}")
+        row = {"stage": stage}
+        for key in ("max_abs", "max_rel"):
+            if _number(entry.get(key)) is None:
+                raise RunError(f"{_where(run, f'equivalence.{stage}.{key}')} is missing or not a "
+                               f"number")
+            row[key] = float(entry[key])
+        if tolerance is not None:
+            row["within tolerance"] = row["max_rel"] <= tolerance
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ops_frame(run: Path, report: dict[str, Any]) -> pd.DataFrame:
+    """Op-type counts: columns graph (None for a single graph), op, count."""
+    ops = _object(run, report["ops"], "ops")
+    rows = []
+    for key, value in ops.items():
+        if isinstance(value, dict):  # {graph: {op: count}}
+            rows += [{"graph": key, "op": op, "count": n} for op, n in value.items()]
+        else:
+            rows.append({"graph": None, "op": key, "count": value})
+    for row in rows:
+        if _number(row["count"]) is None:
+            raise RunError(f"{_where(run, 'ops.' + row['op'])} must be a count, "
+                           f"got {row['count']!r}")
+    frame = pd.DataFrame(rows, columns=["graph", "op", "count"])
+    return frame.sort_values("count", ascending=False, ignore_index=True)
+
+
+def backends_frame(run: Path, report: dict[str, Any]) -> pd.DataFrame:
+    """One row per backend: compatible (True/False/None when unknown) and a detail text."""
+    backends = _object(run, report["backends"], "backends")
+    rows = []
+    for name, value in backends.items():
+        compatible, detail = None, ""
+        if isinstance(value, bool):
+            compatible = value
+        elif isinstance(value, str):
+            detail = value
+            compatible = value.lower() in ("ok", "yes", "true", "compatible", "supported")
+        elif isinstance(value, dict):
+            flag = next((value[k] for k in ("compatible", "ok", "supported") if k in value), None)
+            compatible = flag if isinstance(flag, bool) else None
+            detail = "; ".join(f"{k}: {_short(v)}" for k, v in value.items()
+                               if k not in ("compatible", "ok", "supported"))
+        rows.append({"backend": name, "compatible": compatible, "detail": detail})
+    return pd.DataFrame(rows, columns=["backend", "compatible", "detail"])
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) if value else "none"
+    return str(value)
+
+
+def artifacts_frame(run: Path) -> pd.DataFrame:
+    """Files under export/ with their sizes."""
+    export = Path(run) / rundir.EXPORT
+    rows = [{"file": str(p.relative_to(export)), "bytes": p.stat().st_size,
+             "size": human_size(p.stat().st_size)}
+            for p in sorted(export.rglob("*")) if p.is_file()]
+    return pd.DataFrame(rows, columns=["file", "bytes", "size"])
+
+
+def human_size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def comparison_frame(runs: dict[str, Path]) -> pd.DataFrame:
+    """The chosen runs side by side: one column per run, one row per summary figure."""
+    fields = ["task", "learn", "metric_name", "test_metric", "complexity_ratio", "params", "macs",
+              "wall_seconds"]
+    columns = {}
+    for name, run in runs.items():
+        values: dict[str, Any] = dict.fromkeys(fields)
+        try:
+            if (run / rundir.SUMMARY).exists():
+                summary = rundir.read_summary(run)
+                values.update({k: summary.get(k) for k in fields})
+            else:
+                config = rundir.read_config(run)
+                values.update(task=config["task"], learn=config.get("model", {}).get("learn"))
+            values["status"] = run_status(run)
+        except SchemaError:
+            values["status"] = "damaged"
+        values["export"] = export_status(run)
+        columns[name] = {k: _format(v) for k, v in values.items()}
+    return pd.DataFrame(columns)
+
+
+def _format(value: Any) -> str | None:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return None if value is None else str(value)

@@ -1,0 +1,48 @@
+"""`python -m dashboard DIR`: starts the server, bound to localhost by default."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+
+from dashboard import server
+
+
+def test_command_binds_localhost_and_passes_runs_dir(tmp_path):
+    cmd = server.command(tmp_path, port=8123)
+    assert cmd[cmd.index("--server.address") + 1] == "localhost"
+    assert cmd[cmd.index("--server.port") + 1] == "8123"
+    assert cmd[-3:] == ["--", "--runs", str(tmp_path)]
+
+
+def test_python_m_dashboard_serves_the_app(empty_dir):
+    port = server.free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "dashboard", str(empty_dir), "--port",
+                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://localhost:{port}"
+        server.wait_ready(url, proc)
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.status == 200
+            assert b"<!doctype html>" in response.read().lower()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert f"dashboard on http://localhost:{port}".encode() in proc.stdout.read()
+
+
+def test_help_names_the_runs_directory():
+    out = subprocess.run([sys.executable, "-m", "dashboard", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    assert "DNARCH_RUNS" in out and "--port" in out and "localhost" in out
+
+
+def test_runs_directory_from_flag_then_environment_then_default(monkeypatch):
+    from dashboard.app import runs_root
+
+    monkeypatch.delenv("DNARCH_RUNS", raising=False)
+    assert str(runs_root([])) == "runs"
+    monkeypatch.setenv("DNARCH_RUNS", "/data/runs")
+    assert str(runs_root(["-q", "tests"])) == "/data/runs"  # foreign arguments are ignored
+    assert str(runs_root(["--runs", "mine"])) == "mine"

@@ -1,0 +1,200 @@
+"""The readers behind the dashboard, on copies of real runs changed the way a user's runs vary:
+run states, export states, the report's layouts and damaged records."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dashboard import data, figures
+from dnarch_deploy import rundir
+
+from .dashboard_runs import DARCY, EXPORT_SKIP, GUNPOINT, TRAINING
+
+
+def copy(runs_dir: Path, name: str, tmp_path: Path) -> Path:
+    target = tmp_path / "runs" / name
+    shutil.copytree(runs_dir / name, target)
+    return target
+
+
+def report_of(run: Path) -> dict:
+    path = run / data.REPORT
+    if not path.exists():
+        pytest.skip(EXPORT_SKIP)
+    return json.loads(path.read_text())
+
+
+def test_find_runs_under_nested_folders_not_export(runs_dir, tmp_path):
+    copy(runs_dir, GUNPOINT, tmp_path)
+    nested = tmp_path / "runs" / "sweep" / "seed1"
+    shutil.copytree(runs_dir / DARCY, nested)
+    (tmp_path / "runs" / "notes").mkdir()
+    found = data.find_runs(tmp_path / "runs")
+    assert [data.run_name(tmp_path / "runs", r) for r in found] == [GUNPOINT, "sweep/seed1"]
+    assert data.find_runs(tmp_path / "missing") == []
+
+
+def test_run_states(runs_dir):
+    assert data.run_status(runs_dir / GUNPOINT) == "finished"
+    training = runs_dir / TRAINING
+    assert data.run_status(training) == "training"
+    later = (training / rundir.METRICS).stat().st_mtime + data.LIVE_SECONDS + 1
+    assert data.run_status(training, now=later) == "stopped"
+
+
+def test_export_states(runs_dir, tmp_path):
+    run = copy(runs_dir, DARCY, tmp_path)
+    assert data.export_status(run) == "not exported"
+    (run / "export").mkdir()
+    assert data.export_status(run) == "exporting"
+    (run / data.REPORT).write_text('{"ops": {}')
+    assert data.export_status(run) == "damaged report"
+    with pytest.raises(data.RunError, match=r"export/report.json: not valid JSON"):
+        data.read_report(run)
+
+
+def test_metrics_of_a_run_being_written(runs_dir, tmp_path):
+    run = copy(runs_dir, TRAINING, tmp_path)
+    path = run / rundir.METRICS
+    rows = len(path.read_text().splitlines())
+    with open(path, "a") as f:
+        f.write('{"step": 99, "epoch": 9, "spl')  # a line still being written
+    assert len(data.metrics_frame(run)) == rows
+    assert data.metric_name(run) == "accuracy"  # from the rows' extra key: no summary yet
+
+
+def test_damaged_metrics_name_line_and_field(runs_dir, tmp_path):
+    run = copy(runs_dir, GUNPOINT, tmp_path)
+    path = run / rundir.METRICS
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[1])
+    del row["split"]
+    lines[1] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(data.RunError, match=r"metrics.jsonl: line 2: missing field 'split'"):
+        data.metrics_frame(run)
+    table = data.runs_frame(tmp_path / "runs").set_index("run")
+    assert table.loc[GUNPOINT, "status"] == "damaged"
+    assert "line 2: missing field 'split'" in table.loc[GUNPOINT, "problem"]
+
+
+def test_test_row_sits_at_the_epoch_it_tests(runs_dir):
+    frame = data.metrics_frame(runs_dir / GUNPOINT)
+    summary = rundir.read_summary(runs_dir / GUNPOINT)
+    test = frame[frame["split"] == "test"].iloc[0]
+    val = frame[(frame["split"] == "val") & (frame["epoch"] == summary["best_epoch"])].iloc[0]
+    assert test["step"] == val["step"]
+
+
+def test_latency_frame_reads_the_export_report(runs_dir):
+    run = runs_dir / GUNPOINT
+    report = report_of(run)
+    frame = data.latency_frame(run, report)
+    layers = report["latency"]["layers"]
+    assert frame["layer"].tolist() == [*layers, "total"]
+    assert frame["measured_ms"].tolist()[:-1] == pytest.approx(
+        [e["measured_ms"] for e in layers.values()])
+    total = frame.iloc[-1]
+    assert total["measured_ms"] == pytest.approx(report["latency"]["total"]["measured_ms"])
+    # theoretical_ms: each layer's share of the theoretical total, in measured milliseconds
+    assert frame["theoretical_ms"].iloc[:-1].sum() == pytest.approx(
+        total["measured_ms"] * frame["theoretical"].iloc[:-1].sum() / total["theoretical"])
+    totals = data.totals_frame(run, report)
+    assert set(totals["backend"]) >= {"onnxruntime", "PyTorch eager, static"}
+    assert sorted(set(totals["batch"])) == sorted(str(b) for b in report["latency"]["batches"])
+
+
+def test_latency_without_per_layer_timing_or_total(runs_dir):
+    run = runs_dir / GUNPOINT
+    report = report_of(run)
+    latency = report["latency"]
+    for entry in latency["layers"].values():  # export --no-per-layer
+        entry.pop("measured_ms_by_batch", None)
+        entry["measured_ms"] = None
+    frame = data.latency_frame(run, report)
+    assert frame["measured_ms"].iloc[:-1].isna().all()
+    assert frame["measured_ms"].iloc[-1] == latency["total"]["measured_ms"]
+    del latency["total"]  # no total: the sum of the layers' costs; no time to scale by
+    with pytest.raises(data.RunError, match=r"field 'latency.total.measured_ms' is missing"):
+        data.latency_frame(run, report)
+
+
+def test_latency_layers_as_a_list(runs_dir):
+    run = runs_dir / GUNPOINT
+    report = report_of(run)
+    layers = report["latency"]["layers"]
+    report["latency"]["layers"] = [{"name": name, **entry} for name, entry in layers.items()]
+    frame = data.latency_frame(run, report)
+    assert frame["layer"].tolist()[:-1] == list(layers)
+
+
+def test_report_field_errors_name_the_field(runs_dir):
+    run = runs_dir / GUNPOINT
+    report = report_of(run)
+    first = next(iter(report["latency"]["layers"]))
+    del report["latency"]["layers"][first]["theoretical"]
+    with pytest.raises(data.RunError,
+                       match=rf"report.json: field 'latency.layers.{first}.theoretical'"):
+        data.latency_frame(run, report)
+    stage = next(iter(report["equivalence"]))
+    report["equivalence"][stage] = {"max_abs": "small"}
+    with pytest.raises(data.RunError, match=rf"field 'equivalence.{stage}.max_abs'"):
+        data.equivalence_frame(run, report)
+    report["ops"] = ["Conv"]
+    with pytest.raises(data.RunError, match=r"field 'ops' must be an object"):
+        data.ops_frame(run, report)
+
+
+def test_backend_compatibility_forms():
+    report = {"backends": {"onnxruntime": True, "tensorrt": {"compatible": False,
+                                                              "unsupported_ops": ["DFT"]},
+                           "tflite": "ok"}}
+    frame = data.backends_frame(Path("run"), report).set_index("backend")
+    assert frame["compatible"].tolist() == [True, False, True]
+    assert frame.loc["tensorrt", "detail"] == "unsupported_ops: DFT"
+
+
+def test_evolution_frame_stacks_every_snapshot(runs_dir):
+    snapshots = rundir.read_architectures(runs_dir / DARCY)
+    frame = data.evolution_frame(snapshots)
+    assert len(frame) == sum(a.depth for a in snapshots)
+    assert sorted(set(frame["epoch"])) == [a.epoch for a in snapshots]
+    last = frame[frame["epoch"] == snapshots[-1].epoch]
+    assert last["kernel W"].tolist() == [b.kernel_size[1] for b in snapshots[-1].blocks]
+
+
+def test_figures_are_pure_functions_of_the_records(runs_dir):
+    arch = rundir.read_architecture(runs_dir / DARCY)
+    extents = figures.kernel_extents(arch)
+    assert len(extents.data) == 1 + arch.depth
+    metrics = data.metrics_frame(runs_dir / DARCY)
+    complexity = figures.complexity_figure(metrics)
+    assert [t.name for t in complexity.data] == ["train complexity_ratio", "val complexity_ratio",
+                                                 "test complexity_ratio"]
+    runs = data.runs_frame(runs_dir)
+    scatter = figures.runs_scatter(runs)
+    metric_names = {t.name for t in scatter.data}
+    assert metric_names == {"accuracy", rundir.read_summary(runs_dir / DARCY)["metric_name"]}
+
+
+def test_human_sizes():
+    assert [data.human_size(n) for n in (512, 2048, 3 * 1024**2)] == ["512 B", "2.0 KB", "3.0 MB"]
+
+
+def test_comparison_frame_formats_numbers(runs_dir):
+    frame = data.comparison_frame({GUNPOINT: runs_dir / GUNPOINT})
+    summary = rundir.read_summary(runs_dir / GUNPOINT)
+    assert frame.loc["params", GUNPOINT] == f"{summary['params']:,}"
+    assert frame.loc["test_metric", GUNPOINT] == f"{summary['test_metric']:.4g}"
+
+
+def test_an_epoch_logged_twice_counts_once(runs_dir):
+    snapshots = rundir.read_architectures(runs_dir / GUNPOINT)
+    resumed = [*snapshots, snapshots[-1]]  # a resumed search re-logs the epoch it restarts at
+    frame = data.evolution_frame(resumed)
+    assert len(frame) == sum(a.depth for a in snapshots)
+    assert list(data.snapshots_by_epoch(resumed)) == [a.epoch for a in snapshots]
