@@ -23,6 +23,10 @@ from torch import Tensor
 THRESHOLD = 0.1  # T_m: mask values below it are exactly zero and never materialised
 SIGMOID_LOW = 0.95  # appendix E: the lowest offset puts 0.95 at the lowest position ...
 SIGMOID_HIGH = 0.85  # ... and the highest offset puts 0.85 at the highest position
+# The Gaussian bounds put the last tap meant to be kept a hair inside the support: exactly on the
+# boundary the mask is T_m in theory, and rounding zeroes it about half the time (in float32: the
+# outermost taps of the initial global kernel, the +-1 taps at sigma_min).
+INSIDE = 1.0 + 1e-4
 
 
 # --- values ------------------------------------------------------------------------------------
@@ -128,9 +132,10 @@ def gaussian_sigma_range(k_max: int, threshold: float = THRESHOLD) -> tuple[floa
     the centre, so the kernel never collapses to one sample); at sigma_max it spans the kernel."""
     step = 2.0 / max(k_max - 1, 1)
     root = math.sqrt(-2.0 * math.log(threshold))
-    return min(step, 1.0) / root, 1.0 / root
+    return min(step, 1.0) * INSIDE / root, INSIDE / root
 
 
 def sigma_for_full_kernel(threshold: float = THRESHOLD) -> float:
-    """The sigma whose support is exactly [-1, 1]: the base CCNN's global kernel."""
-    return 1.0 / math.sqrt(-2.0 * math.log(threshold))
+    """The sigma whose support just covers [-1, 1]: the base CCNN's global kernel (every tap
+    non-zero; size() is clipped to the maximum)."""
+    return INSIDE / math.sqrt(-2.0 * math.log(threshold))

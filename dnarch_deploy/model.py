@@ -372,9 +372,9 @@ class DNArch(nn.Module):
             mu = self.mask_res[b, axis]
             x_t = M.sigmoid_inverse(mu, c.tau_resolution, c.threshold).detach().item()
             pos = frequency_positions(n, device=mu.device, dtype=mu.dtype)
-            bins = M.sigmoid_count(x_t, pos.numel())
-            sizes.append(resolution_for_bins(bins, n))
-            values.append(M.sigmoid_mask(pos, mu, c.tau_resolution, c.threshold)[:bins])
+            r = resolution_for_bins(M.sigmoid_count(x_t, pos.numel()), n)
+            sizes.append(r)  # the bins past the support (up to r // 2) get mask values of 0
+            values.append(M.sigmoid_mask(pos, mu, c.tau_resolution, c.threshold)[: r // 2 + 1])
         return tuple(sizes), tuple(values)
 
     # --- kernels -------------------------------------------------------------------------------

@@ -1,0 +1,175 @@
+"""Stage 7: latency per layer and in total in onnxruntime, beside the theoretical cost; the masked
+trained model and the static module in eager PyTorch measured in the same run.
+
+Theoretical figures are multiply-accumulates per sample:
+
+- ``theoretical``: the lowered layer's own operators, per tactic (export.lowering.conv_macs: direct
+  conv C*L*K, MatMul-FFT its MatMuls, DFT op C*N*log2 N) plus the resampling MatMuls;
+- ``paper``: the search's cost model for the same sizes (dnarch_deploy.cost, appendix C: Fourier
+  convolution C*L*log2 L, resampling left out).
+
+Measured figures: wall-clock milliseconds, medians over round-robin repeats (export.timing); per
+layer from sub-models cut out of model.onnx at layer boundaries.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import onnx
+import torch
+from torch import Tensor, nn
+
+from dnarch_deploy import DNArch
+from dnarch_deploy.cost import block_cost, decoder_cost, encoder_cost, linear_cost, pointwise_cost
+
+from .lowering import AxisMatMul, conv_macs
+from .static import StaticNet
+from .timing import layer_latency, layer_models, measure, runner, session
+
+
+def axis_matmul_macs(module: AxisMatMul, channels: int, shape: tuple[int, ...]) -> float:
+    """MACs of one resampling MatMul (n -> m samples along its axis) on a (channels, *shape)
+    input: every one of the m outputs reads all n inputs."""
+    return float(channels * math.prod(shape) * module.sizes[1])
+
+
+def tactic_of(block: nn.Module) -> str:
+    return getattr(block, "tactic", "fft")
+
+
+def theoretical_costs(lowered: StaticNet) -> dict[str, dict[str, float]]:
+    """Per layer: ``theoretical`` (lowered operators) and ``paper`` (search cost model) MACs."""
+    spec = lowered.spec
+    size = tuple(spec["spatial"])
+    length = float(math.prod(size))
+    enc = lowered.encoder
+    stream = enc.weight.shape[1] if enc.tokens else enc.weight.shape[0]
+    c_in = 0 if enc.tokens else enc.weight.shape[1]
+    out: dict[str, dict[str, float]] = {}
+    paper_enc = encoder_cost(length, c_in, stream)
+    out["encoder"] = {
+        "theoretical": float(linear_cost(length, c_in, stream) + pointwise_cost(length, stream)),
+        "paper": float(sum(paper_enc.values())),
+    }
+    for i, block in enumerate(lowered.blocks):
+        res = tuple(block.bias1.shape[1:])
+        n_in, n_mid, n_out = block.n_in, block.w1.shape[0], block.n_out
+        work, shape = 0.0, list(size)
+        for m in block.down:
+            work += axis_matmul_macs(m, n_in, tuple(shape))
+            shape[m.dim] = m.sizes[1]
+        taps = block.conv.taps
+        r = float(math.prod(res))
+        work += conv_macs(tactic_of(block), n_in, res, taps)
+        work += linear_cost(r, n_in, n_mid) + pointwise_cost(r, n_mid)
+        work += linear_cost(r, n_mid, n_out)
+        shape = list(res)
+        for m in block.up:
+            work += axis_matmul_macs(m, n_out, tuple(shape))
+            shape[m.dim] = m.sizes[1]
+        work += pointwise_cost(length, n_out)
+        fft = float(math.prod(a + t - 1 for a, t in zip(res, taps)))
+        paper = block_cost(length, r, n_in, n_mid, n_out, fft_size=fft)
+        paper.pop("norm")  # BatchNorm is folded away at export
+        out[f"blocks.{i}"] = {"theoretical": float(work), "paper": float(sum(paper.values()))}
+    dec = decoder_cost(length, stream, lowered.decoder.weight.shape[0], lowered.decoder.dense)
+    out["decoder"] = {"theoretical": float(sum(dec.values())), "paper": float(sum(dec.values()))}
+    return out
+
+
+def eager_runner(module: nn.Module, x: Tensor):
+    def run():
+        with torch.no_grad():
+            module(x)
+
+    return run
+
+
+def benchmark(
+    trained: DNArch,
+    static: StaticNet,
+    lowered: StaticNet,
+    onnx_model: onnx.ModelProto,
+    example: Tensor,
+    batch: int = 32,
+    threads: int = 1,
+    repeats: int = 20,
+    per_layer: bool = True,
+) -> dict:
+    """The report's ``latency`` section (see module docstring)."""
+    batches = sorted({1, batch})
+    vocab = static.spec["vocab_size"]
+    costs = theoretical_costs(lowered)
+    layers: dict[str, dict] = {
+        name: {"tactic": tactic_of(b) if name.startswith("blocks.") else None, **cost}
+        for (name, cost), b in zip(costs.items(), [None, *lowered.blocks, None])
+    }
+    total: dict = {
+        "theoretical": sum(v["theoretical"] for v in costs.values()),
+        "paper": sum(v["paper"] for v in costs.values()),
+        "measured_ms_by_batch": {},
+    }
+    eager: dict = {"trained_ms": {}, "static_ms": {}, "lowered_ms": {}}
+    sess = session(onnx_model, threads)
+    subs = layer_models(onnx_model) if per_layer else {}
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for b in batches:
+            x = _repeat(example, b)
+            # onnxruntime and torch separately: each one's spinning threads would slow the other
+            ort_t = measure([runner(sess, {"x": x.numpy()})], repeats)[0]
+            fns = [eager_runner(m, x) for m in (trained, static, lowered)]
+            trained_t, static_t, lowered_t = measure(fns, repeats)
+            total["measured_ms_by_batch"][str(b)] = ort_t["median_ms"]
+            eager["trained_ms"][str(b)] = trained_t["median_ms"]
+            eager["static_ms"][str(b)] = static_t["median_ms"]
+            eager["lowered_ms"][str(b)] = lowered_t["median_ms"]
+            for name, t in layer_latency(subs, b, threads, repeats, vocab).items():
+                if name in layers:
+                    layers[name].setdefault("measured_ms_by_batch", {})[str(b)] = t["median_ms"]
+    finally:
+        torch.set_num_threads(torch_threads)
+    for entry in [*layers.values(), total]:
+        by_batch = entry.get("measured_ms_by_batch", {})
+        entry["measured_ms"] = by_batch.get("1")
+    return {
+        "method": "wall clock, median of round-robin repeats; per layer: sub-models of model.onnx",
+        "threads": threads,
+        "cpu_count": os.cpu_count(),
+        "batches": batches,
+        "repeats": repeats,
+        "unit_theoretical": "multiply-accumulates per sample",
+        "layers": layers,
+        "total": total,
+        "eager": eager,
+        "speedup_vs_trained": eager["trained_ms"]["1"] / total["measured_ms_by_batch"]["1"],
+    }
+
+
+def _repeat(example: Tensor, batch: int) -> Tensor:
+    reps = -(-batch // example.shape[0])
+    return example.repeat(reps, *[1] * (example.dim() - 1))[:batch].contiguous()
+
+
+def format_table(latency: dict) -> str:
+    """The latency section as a markdown table."""
+    batches = [str(b) for b in latency["batches"]]
+    head = ["layer", "tactic", "theoretical MMAC", "paper MMAC"]
+    head += [f"ORT ms (B={b})" for b in batches]
+    rows = [head, ["---"] * len(head)]
+    for name, entry in [*latency["layers"].items(), ("total", latency["total"])]:
+        by = entry.get("measured_ms_by_batch", {})
+        rows.append(
+            [name, entry.get("tactic") or "", f"{entry['theoretical'] / 1e6:.3f}",
+             f"{entry['paper'] / 1e6:.3f}"]
+            + [f"{by[b]:.3f}" if by.get(b) is not None else "-" for b in batches]
+        )
+    eager = latency["eager"]
+    for key in ("trained_ms", "static_ms", "lowered_ms"):
+        label = {"trained_ms": "eager trained (masked)", "static_ms": "eager static",
+                 "lowered_ms": "eager lowered"}[key]
+        rows.append([label, "", "", ""] + [f"{eager[key][b]:.3f}" for b in batches])
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows) + "\n"

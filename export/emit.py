@@ -1,0 +1,108 @@
+"""Stage 5: write the artifacts: ONNX (one self-contained file), torch.export .pt2, TorchScript,
+optionally an AOTInductor package. Batch dimension dynamic, spatial size fixed (an FFT-based graph
+with a dynamic length breaks in onnxruntime: research/feasibility.md §5)."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import logging
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnx
+import torch
+from torch import Tensor, nn
+
+OPSET = 18  # GELU as Erf (no Gelu op: older TensorRT), DFT-17 axis attribute; ORT >= 1.25
+MAX_BATCH = 1 << 16
+# node metadata the exporter writes that only bloats the file (source lines, FX text)
+_DROP_METADATA = ("pkg.torch.onnx.stack_trace", "pkg.torch.onnx.fx_node")
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence the exporters' chatter (deprecations, 'torchvision is not installed', progress)."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _two_samples(example: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """torch.export specialises a dimension of size 1: trace a batch of at least 2."""
+    return tuple(x if x.shape[0] > 1 else x.expand(2, *x.shape[1:]).contiguous() for x in example)
+
+
+def _batch_dims(module: nn.Module, example: tuple[Tensor, ...]) -> tuple:
+    """Axis 0 of every input is the (shared) batch dimension."""
+    batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
+    dims = tuple({0: batch} for _ in example)
+    kinds = [p.kind for p in inspect.signature(module.forward).parameters.values()]
+    return (dims,) if inspect.Parameter.VAR_POSITIONAL in kinds else dims  # forward(*xs)
+
+
+def to_onnx(
+    module: nn.Module, example: tuple[Tensor, ...], dynamic_batch: bool = True
+) -> onnx.ModelProto:
+    """torch.onnx.export(dynamo=True) in memory: one self-contained model, batch axis dynamic."""
+    if dynamic_batch:
+        example = _two_samples(example)
+    with quiet():
+        program = torch.onnx.export(
+            module,
+            example,
+            dynamo=True,
+            external_data=False,
+            opset_version=OPSET,
+            dynamic_shapes=_batch_dims(module, example) if dynamic_batch else None,
+            input_names=["x"] if len(example) == 1 else None,
+            output_names=["y"] if len(example) == 1 else None,
+            verbose=False,
+        )
+    model = program.model_proto
+    for node in model.graph.node:
+        keep = [p for p in node.metadata_props if p.key not in _DROP_METADATA]
+        del node.metadata_props[:]
+        node.metadata_props.extend(keep)
+    return model
+
+
+def write_onnx(module: nn.Module, example: Tensor, path: Path) -> onnx.ModelProto:
+    model = to_onnx(module, (example,))
+    onnx.save_model(model, str(path))
+    return model
+
+
+def write_pt2(module: nn.Module, example: Tensor, path: Path) -> torch.export.ExportedProgram:
+    (example,) = _two_samples((example,))
+    with quiet():
+        program = torch.export.export(
+            module, (example,), dynamic_shapes=_batch_dims(module, (example,))
+        )
+        torch.export.save(program, str(path))
+    return program
+
+
+def write_torchscript(module: nn.Module, example: Tensor, path: Path) -> None:
+    """Legacy TorchScript (torch.jit.trace; deprecated since PyTorch 2.11, still loads)."""
+    with quiet():
+        traced = torch.jit.trace(module, (example,), check_trace=False)
+        traced.save(str(path))
+
+
+def write_aoti(program: torch.export.ExportedProgram, path: Path) -> None:
+    """An AOTInductor package (compiles C++; tens of seconds)."""
+    from torch._inductor import aoti_compile_and_package
+
+    with quiet():
+        aoti_compile_and_package(program, package_path=str(path))

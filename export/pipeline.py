@@ -1,0 +1,291 @@
+"""The export pipeline: run directory -> RUN_DIR/export/, stage by stage.
+
+    load -> calibrate -> freeze -> materialise -> lower (tactics: tuned or by cost) -> emit
+         -> verify (checks, equivalence) -> benchmark -> report.json
+
+Everything is written into a temporary directory beside ``RUN_DIR/export`` and renamed into place
+only when every stage, verification included, has succeeded: a failure never leaves half an export,
+and an existing export is replaced only by a complete, verified one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import torch
+
+from dnarch_deploy import DNArch
+from dnarch_deploy.io import atomic_write_text
+from dnarch_deploy.rundir import EXPORT, RunError, load_run
+
+from .artifacts import (
+    AOTI_FILE,
+    ARCHITECTURE_FILE,
+    ONNX_FILE,
+    PT2_FILE,
+    REPORT_FILE,
+    SCHEMA,
+    TS_FILE,
+    VERSION,
+)
+from .bench import benchmark, theoretical_costs
+from .calibration import calibrate, task_batches
+from .emit import OPSET, write_aoti, write_onnx, write_pt2, write_torchscript
+from .lowering import TACTICS, cheapest, lower, tactic_costs
+from .static import StaticNet, freeze, materialize
+from .timing import session
+from .tune import fastest, measure_tactics
+from .verify import (
+    TOLERANCE,
+    backend_compatibility,
+    check_equivalence,
+    check_onnx,
+    equivalence,
+    op_counts,
+)
+
+
+class ExportError(RuntimeError):
+    """The export cannot be made (bad input, failed verification): nothing was written."""
+
+
+@dataclass
+class ExportOptions:
+    tune: bool = True  # tactics by measured onnxruntime latency (False: by the cost model)
+    tactic: str | None = None  # force one tactic for every block (benchmarks, debugging)
+    torchscript: bool = True  # also write the legacy TorchScript model.ts
+    aoti: bool = False  # also compile an AOTInductor package (tens of seconds)
+    calibration_samples: int = 1024  # training inputs for BatchNorm statistics
+    batch_size: int = 64  # calibration and verification batch size
+    test_samples: int = 256  # test inputs for the equivalence check
+    tolerance: float = TOLERANCE  # max relative error allowed at every stage
+    bench: bool = True  # measure latency (report.json "latency")
+    bench_batch: int = 32  # the larger benchmark batch (batch 1 is always measured)
+    threads: int = 1  # onnxruntime intra-op threads, and torch threads while measuring
+    repeats: int = 20  # timing repeats (medians)
+    per_layer: bool = True  # per-layer latency from sub-models
+
+    def __post_init__(self) -> None:
+        if self.tactic is not None and self.tactic not in TACTICS:
+            raise ValueError(f"tactic must be one of {', '.join(TACTICS)}, got {self.tactic!r}")
+        for name in ("calibration_samples", "batch_size", "test_samples", "bench_batch", "repeats",
+                     "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def choose_tactics(static: StaticNet, options: ExportOptions) -> tuple[list[str], list[dict]]:
+    """Per block: the tactic, and what it was chosen by (measured ms or theoretical cost)."""
+    n = len(static.blocks)
+    if options.tactic is not None:
+        return [options.tactic] * n, [{"by": "forced"} for _ in range(n)]
+    if options.tune:
+        measured = measure_tactics(static, 1, options.threads, options.repeats)
+        evidence = [{"by": "measured", "ms": {t: v["median_ms"] for t, v in m.items()}}
+                    for m in measured]
+        return fastest(measured), evidence
+    costs = tactic_costs(static)
+    return cheapest(costs), [{"by": "cost", "macs": c} for c in costs]
+
+
+def export_model(
+    model: DNArch,
+    task,
+    out_dir: str | Path,
+    options: ExportOptions | None = None,
+    run_info: dict | None = None,
+) -> dict:
+    """Stages 1-7 for a trained model and its task; writes into ``out_dir`` (which must exist)
+    and returns the report. Raises VerificationError when an artifact fails a check."""
+    options = options or ExportOptions()
+    out = Path(out_dir)
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[stage] = round(now - clock, 3)
+        clock = now
+
+    if len(task.x_train) == 0 or len(task.x_test) == 0:
+        raise ExportError("the task has no training inputs (for calibration) or no test inputs "
+                          "(for the equivalence check)")
+    calibrate(model, task_batches(task.x_train, options.batch_size, options.calibration_samples))
+    lap("calibrate")
+    frozen = freeze(model)
+    static = materialize(model, frozen)
+    lap("freeze_materialize")
+    tactics, evidence = choose_tactics(static, options)
+    lowered = lower(static, tactics)
+    lap("lower")
+
+    x_test = np.asarray(task.x_test[: options.test_samples])
+    example = torch.as_tensor(x_test[: min(2, len(x_test))])
+    onnx_model = write_onnx(lowered, example, out / ONNX_FILE)
+    program = write_pt2(lowered, example, out / PT2_FILE)
+    if options.torchscript:
+        write_torchscript(lowered, example, out / TS_FILE)
+    if options.aoti:
+        write_aoti(program, out / AOTI_FILE)
+    lap("emit")
+
+    check_onnx(onnx_model)
+    ops = op_counts(onnx_model)
+    stages = artifact_runners(model, static, lowered, out, options)
+    step = options.batch_size
+    batches = [x_test[i : i + step] for i in range(0, len(x_test), step)]
+    errors = equivalence(stages, batches)
+    check_equivalence(errors, options.tolerance)
+    lap("verify")
+
+    latency = None
+    if options.bench:
+        latency = benchmark(model, static, lowered, onnx_model, example, options.bench_batch,
+                            options.threads, options.repeats, options.per_layer)
+        lap("benchmark")
+    architecture = export_architecture(frozen.architecture.to_dict(), lowered, tactics, evidence)
+    atomic_write_text(out / ARCHITECTURE_FILE, json.dumps(architecture, indent=1) + "\n")
+    report = {
+        "schema": SCHEMA,
+        "version": VERSION,
+        "run": run_info or {},
+        "tactics": tactics,
+        "equivalence": errors,
+        "tolerance": options.tolerance,
+        "ops": ops,
+        "backends": backend_compatibility(ops),
+        "latency": latency,
+        "artifacts": sorted({p.name for p in out.iterdir()} | {REPORT_FILE}),
+        "options": asdict(options),
+        "seconds": seconds,
+        "environment": environment(),
+    }
+    atomic_write_text(out / REPORT_FILE, json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def artifact_runners(model: DNArch, static: StaticNet, lowered: StaticNet, out: Path,
+                     options: ExportOptions) -> dict:
+    """numpy-in, numpy-out callables for every stage, artifacts loaded back from ``out``."""
+
+    def eager(module):
+        def run(x: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return module(torch.as_tensor(x)).numpy()
+
+        return run
+
+    sess = session(str(out / ONNX_FILE), options.threads)
+    stages = {
+        "trained": eager(model),
+        "static": eager(static),
+        "lowered": eager(lowered),
+        "onnxruntime": lambda x: sess.run(None, {"x": x})[0],
+        "pt2": eager(torch.export.load(str(out / PT2_FILE)).module()),
+    }
+    if (out / TS_FILE).exists():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            stages["torchscript"] = eager(torch.jit.load(str(out / TS_FILE)))
+    if (out / AOTI_FILE).exists():
+        from torch._inductor import aoti_load_package
+
+        stages["aoti"] = eager(aoti_load_package(str(out / AOTI_FILE)))
+    return stages
+
+
+def export_architecture(found: dict, lowered: StaticNet, tactics: list[str],
+                        evidence: list[dict]) -> dict:
+    """architecture.json: the physical sizes of the exported network and each layer's tactic."""
+    costs = theoretical_costs(lowered)
+    spec = lowered.spec
+    blocks = []
+    for i, (block, tactic, why) in enumerate(zip(lowered.blocks, tactics, evidence)):
+        conv = block.conv
+        blocks.append({
+            "index": block.index,
+            "n_in": block.n_in,
+            "n_mid": int(block.w1.shape[0]),
+            "n_out": block.n_out,
+            "resolution": list(block.bias1.shape[1:]),
+            "kernel_taps": list(conv.taps),
+            "downsample": [list(m.sizes) for m in block.down],  # (S, R) per resampled axis
+            "upsample": [list(m.sizes) for m in block.up],
+            "tactic": tactic,
+            "fft_size": list(getattr(conv, "n", ())),
+            "chosen_by": why,
+            "theoretical_macs": costs[f"blocks.{i}"]["theoretical"],
+        })
+    return {
+        "schema": SCHEMA + "-architecture",
+        "version": VERSION,
+        "input": spec,
+        "stream_width": int(lowered.decoder.weight.shape[1]),
+        "depth": len(blocks),
+        "blocks": blocks,
+        "opset": OPSET,
+        "dynamic_axes": {"x": [0], "y": [0]},
+        "found": found,
+    }
+
+
+def environment() -> dict:
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "onnx": onnx.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+
+
+def export_run(run_dir: str | Path, options: ExportOptions | None = None) -> dict:
+    """Load the run, export it into a temporary directory, and rename that to RUN_DIR/export
+    on success. Raises RunError (bad run directory) or VerificationError: nothing written."""
+    run = load_run(run_dir)
+    if run.task is None:
+        raise RunError(f"{run_dir}: the run's task could not be loaded")
+    target = Path(run_dir) / EXPORT
+    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=run_dir))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would outlive the rename
+        info = {"path": str(run.path), "task": run.config["task"], "seed": run.config["seed"]}
+        report = export_model(run.model, run.task, tmp, options, run_info=info)
+        install(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report
+
+
+def install(tmp: Path, target: Path) -> None:
+    """Replace ``target`` by ``tmp`` with renames only (the old export survives any failure
+    before the second rename)."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}-old-{os.getpid()}")
+        os.replace(target, old)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        if old is not None:
+            os.replace(old, target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,160 @@
+"""onnxruntime sessions, latency measurement, and per-layer sub-models.
+
+Per-layer latency is measured on sub-models cut out of the exported graph (onnx.utils.Extractor)
+at layer boundaries: the exporter tags every node with the module it came from
+(``pkg.torch.onnx.name_scopes`` metadata: ``encoder``, ``blocks.3``, ``decoder``), so a layer is
+the set of nodes tagged with it, its inputs the tensors it reads from other layers. Each sub-model
+is timed by wall clock like the whole model, so per-layer figures include onnxruntime's per-node
+dispatch cost and add up to about the total (ORT profiling, in contrast, reports kernel time only).
+
+Candidates of a comparison take turns (:func:`measure`), so a burst of load from other processes
+hits them alike.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx.utils import Extractor
+from tqdm.auto import tqdm
+
+_NP = {
+    onnx.TensorProto.FLOAT: np.float32,
+    onnx.TensorProto.INT64: np.int64,
+    onnx.TensorProto.DOUBLE: np.float64,
+    onnx.TensorProto.INT32: np.int32,
+}
+
+
+def progress(iterable, disable: bool = False, **kwargs):
+    """A tqdm progress bar, silent when the environment variable CI is set."""
+    return tqdm(iterable, disable=disable or bool(os.environ.get("CI")), leave=False, **kwargs)
+
+
+def session(model: onnx.ModelProto | bytes | str, threads: int = 0) -> ort.InferenceSession:
+    """A CPU session; ``threads`` intra-op threads (0: onnxruntime's default)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    if isinstance(model, onnx.ModelProto):
+        model = model.SerializeToString()
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def measure(
+    candidates: Sequence[Callable[[], object]], repeats: int = 20, warmup: int = 3, rounds: int = 4
+) -> list[dict[str, float]]:
+    """Median and minimum wall-clock milliseconds of each callable.
+
+    Candidates take turns in ``rounds`` rounds; in each round a candidate runs ``warmup`` untimed
+    and then ``repeats / rounds`` timed calls back to back, so its thread pool is hot and its own
+    (onnxruntime and OpenMP threads spin for a while after a call and would slow whichever
+    candidate ran next), while a burst of load from other processes hits all candidates alike.
+    """
+    rounds = max(1, min(rounds, repeats))
+    times: list[list[float]] = [[] for _ in candidates]
+    for r in range(rounds):
+        for i, fn in enumerate(candidates):
+            for _ in range(warmup):
+                fn()
+            for _ in range(repeats // rounds + (r < repeats % rounds)):
+                start = time.perf_counter()
+                fn()
+                times[i].append((time.perf_counter() - start) * 1e3)
+    return [{"median_ms": float(np.median(t)), "min_ms": float(np.min(t))} for t in times]
+
+
+def runner(sess: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> Callable[[], object]:
+    return lambda: sess.run(None, feeds)
+
+
+# --- layers of an exported graph ------------------------------------------------------------------
+
+
+def node_layer(node: onnx.NodeProto, depth: int = 1) -> str | None:
+    """The module path (``depth`` levels deep) the exporter recorded for a node, if any."""
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            scopes = ast.literal_eval(prop.value)
+            return scopes[depth] if len(scopes) > depth else None
+    return None
+
+
+def layers(model: onnx.ModelProto, depth: int = 1) -> dict[str, list[onnx.NodeProto]]:
+    """Nodes grouped by module, in graph order; untagged nodes join the next tagged one."""
+    groups: dict[str, list[onnx.NodeProto]] = {}
+    pending: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        name = node_layer(node, depth)
+        if name is None:
+            pending.append(node)
+            continue
+        groups.setdefault(name, []).extend(pending + [node])
+        pending = []
+    if pending:
+        groups.setdefault("other", []).extend(pending)
+    return groups
+
+
+def layer_boundaries(
+    model: onnx.ModelProto, nodes: list[onnx.NodeProto]
+) -> tuple[list[str], list[str]]:
+    """(inputs, outputs) of a group of nodes: tensors read from / needed outside the group."""
+    initializers = {t.name for t in model.graph.initializer}
+    produced = {o for n in nodes for o in n.output}
+    inside = {id(n) for n in nodes}
+    inputs = []
+    for n in nodes:
+        for i in n.input:
+            if i and i not in produced and i not in initializers and i not in inputs:
+                inputs.append(i)
+    needed = {i for n in model.graph.node if id(n) not in inside for i in n.input}
+    needed |= {o.name for o in model.graph.output}
+    outputs = [o for n in nodes for o in n.output if o in needed]
+    return inputs, outputs
+
+
+def sub_model(model: onnx.ModelProto, inputs: list[str], outputs: list[str]) -> onnx.ModelProto:
+    return Extractor(model).extract_model(inputs, outputs)
+
+
+def random_feeds(
+    model: onnx.ModelProto, batch: int, vocab: int = 0, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Random inputs for every graph input; symbolic dimensions are the batch."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for value in model.graph.input:
+        tensor = value.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else batch for d in tensor.shape.dim]
+        dtype = _NP[tensor.elem_type]
+        if np.issubdtype(dtype, np.integer):
+            feeds[value.name] = rng.integers(0, max(vocab, 1), size=shape).astype(dtype)
+        else:
+            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def layer_models(model: onnx.ModelProto) -> dict[str, onnx.ModelProto]:
+    """One sub-model per layer (``encoder``, ``blocks.i``, ``decoder``) of an exported graph."""
+    subs = {}
+    for name, nodes in progress(layers(model).items(), desc="layer sub-models"):
+        inputs, outputs = layer_boundaries(model, nodes)
+        if inputs and outputs:
+            subs[name] = sub_model(model, inputs, outputs)
+    return subs
+
+
+def layer_latency(
+    subs: dict[str, onnx.ModelProto], batch: int, threads: int, repeats: int = 20, vocab: int = 0
+) -> dict[str, dict[str, float]]:
+    """Milliseconds per layer sub-model (:func:`layer_models`) at one batch size."""
+    fns = [runner(session(sub, threads), random_feeds(sub, batch, vocab)) for sub in subs.values()]
+    return dict(zip(subs, measure(fns, repeats)))

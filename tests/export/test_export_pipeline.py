@@ -1,0 +1,173 @@
+"""The whole pipeline: python -m export.onnx on a real tiny run, artifacts, report, and the
+failure modes (nothing written, an existing export survives)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import types
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from dnarch_deploy.rundir import RunError
+from export.onnx import main
+from export.pipeline import ExportOptions, export_model, export_run
+from export.verify import VerificationError
+
+from .conftest import run_module
+from .export_cases import random_input, random_model
+
+STAGES = {"static", "lowered", "onnxruntime", "pt2", "torchscript"}
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def leftovers(run: Path) -> list[str]:
+    return [p.name for p in run.iterdir() if p.name.startswith(".export")]
+
+
+def test_cli_writes_every_artifact(exported_run):
+    files = {p.name for p in (exported_run / "export").iterdir()}
+    assert files == {"model.onnx", "model.pt2", "model.ts", "architecture.json", "report.json"}
+    assert leftovers(exported_run) == []
+    model = onnx.load(str(exported_run / "export" / "model.onnx"))  # one self-contained file
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    assert not dims[0].HasField("dim_value")  # batch dynamic
+    assert [d.dim_value for d in dims[1:]] == [1, 150]  # spatial size fixed
+
+
+def test_report_has_what_other_tools_read(exported_run):
+    report = json.loads((exported_run / "export" / "report.json").read_text())
+    assert set(report["equivalence"]) == STAGES
+    for err in report["equivalence"].values():
+        assert err["max_rel"] <= 1e-4 and err["max_abs"] >= 0
+    assert report["ops"] and all(isinstance(v, int) and v > 0 for v in report["ops"].values())
+    assert set(report["backends"]) == {"onnxruntime", "tensorrt"}
+    assert report["backends"]["onnxruntime"]["compatible"] is True
+    dft = "DFT" in report["ops"]
+    assert report["backends"]["tensorrt"]["compatible"] is (not dft)
+    latency = report["latency"]
+    arch = json.loads((exported_run / "export" / "architecture.json").read_text())
+    names = ["encoder", *(f"blocks.{i}" for i in range(arch["depth"])), "decoder"]
+    assert list(latency["layers"]) == names
+    for entry in [*latency["layers"].values(), latency["total"]]:
+        assert entry["measured_ms"] > 0 and entry["theoretical"] > 0
+    assert latency["total"]["theoretical"] == pytest.approx(
+        sum(v["theoretical"] for v in latency["layers"].values()))
+    assert latency["threads"] == 1 and latency["batches"] == [1, 4]
+    assert set(latency["eager"]) == {"trained_ms", "static_ms", "lowered_ms"}
+
+
+def test_architecture_json_has_physical_sizes_and_tactics(exported_run):
+    arch = json.loads((exported_run / "export" / "architecture.json").read_text())
+    report = json.loads((exported_run / "export" / "report.json").read_text())
+    found = json.loads((exported_run / "architecture.json").read_text())
+    assert arch["depth"] == found["depth"] == len(arch["blocks"])
+    assert arch["stream_width"] == found["stream_width"]
+    for block, spec in zip(arch["blocks"], found["blocks"]):
+        assert block["tactic"] in ("direct", "matmul", "dft")
+        assert block["chosen_by"]["by"] == "measured"
+        assert set(block["chosen_by"]["ms"]) == {"direct", "matmul", "dft"}
+        assert block["tactic"] == min(block["chosen_by"]["ms"], key=block["chosen_by"]["ms"].get)
+        for key in ("n_in", "n_mid", "n_out", "resolution", "kernel_taps"):
+            assert block[key] == spec[key], key
+    assert [b["tactic"] for b in arch["blocks"]] == report["tactics"]
+
+
+def test_artifacts_reload_and_agree(exported_run):
+    from export.infer import predict
+
+    out = exported_run / "export"
+    x = np.random.default_rng(0).standard_normal((5, 1, 150)).astype(np.float32)
+    y_onnx = predict(out, x)
+    y_pt2 = torch.export.load(str(out / "model.pt2")).module()(torch.from_numpy(x)).numpy()
+    with pytest.warns(DeprecationWarning):
+        y_ts = torch.jit.load(str(out / "model.ts"))(torch.from_numpy(x)).detach().numpy()
+    scale = np.abs(y_pt2).max()
+    assert np.abs(y_onnx - y_pt2).max() <= 1e-4 * scale
+    assert np.abs(y_ts - y_pt2).max() <= 1e-4 * scale
+
+
+@pytest.mark.parametrize("case", ["missing", "damaged", "version"])
+def test_bad_run_one_message_nothing_written(run_copy, tmp_path, capsys, case):
+    run = run_copy
+    shutil.rmtree(run / "export")
+    if case == "missing":
+        run = tmp_path / "nope"
+    elif case == "damaged":
+        (run / "checkpoints" / "best.safetensors").write_bytes(b"\x00garbage" * 10)
+    else:
+        config = json.loads((run / "config.json").read_text())
+        config["version"] = 99
+        (run / "config.json").write_text(json.dumps(config))
+    assert main([str(run), "--no-tune", "--no-bench"]) != 0
+    out = capsys.readouterr()
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.err
+    assert {"missing": "not found", "damaged": "damaged", "version": "version"}[case] in lines[0]
+    assert out.out == "" and not (run / "export").exists()
+    if run.exists():
+        assert leftovers(run) == []
+
+
+def test_cli_exits_non_zero_with_one_line(tmp_path):
+    proc = run_module("export.onnx", str(tmp_path / "missing-run"))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"error: {tmp_path / 'missing-run'}: run "
+                                                "directory not found"]
+
+
+def test_failed_export_leaves_the_previous_one_intact(run_copy):
+    run = run_copy
+    before = snapshot(run / "export")
+    (run / "checkpoints" / "best.safetensors").write_bytes(b"broken")
+    with pytest.raises(RunError, match="damaged checkpoint"):
+        export_run(run, ExportOptions(tune=False, bench=False))
+    assert snapshot(run / "export") == before and leftovers(run) == []
+
+
+def test_failed_verification_writes_nothing(run_copy):
+    run = run_copy
+    before = snapshot(run / "export")
+    options = ExportOptions(tune=False, bench=False, torchscript=False, tolerance=1e-15,
+                            test_samples=16)
+    with pytest.raises(VerificationError, match="differ from the trained model"):
+        export_run(run, options)
+    assert snapshot(run / "export") == before and leftovers(run) == []
+
+
+def test_successful_export_replaces_the_previous_one(run_copy):
+    run = run_copy
+    report = export_run(run, ExportOptions(tune=False, tactic="matmul", bench=False,
+                                           torchscript=False, test_samples=16))
+    files = {p.name for p in (run / "export").iterdir()}
+    assert "model.ts" not in files and {"model.onnx", "model.pt2", "report.json"} <= files
+    saved = json.loads((run / "export" / "report.json").read_text())
+    assert saved["tactics"] == report["tactics"] == ["matmul"] * len(report["tactics"])
+    assert saved["latency"] is None and leftovers(run) == []
+
+
+def fake_task(model, n_train=40, n_test=12):
+    return types.SimpleNamespace(x_train=random_input(model, n_train, seed=1).numpy(),
+                                 x_test=random_input(model, n_test, seed=2).numpy())
+
+
+@pytest.mark.parametrize(("seed", "tactic"), [(32, "dft"), (46, None)])  # 2-D dense; tokens
+def test_export_model_two_d_tokens_dense(tmp_path, seed, tactic):
+    model = random_model(seed)
+    options = ExportOptions(tune=False, tactic=tactic, bench=False, batch_size=16)
+    report = export_model(model, fake_task(model), tmp_path, options)
+    assert set(report["equivalence"]) == STAGES
+    assert all(err["max_rel"] <= 1e-4 for err in report["equivalence"].values())
+    if tactic == "dft" and report["tactics"]:
+        assert report["ops"]["DFT"] > 0
+        assert report["backends"]["tensorrt"] == {"compatible": False, "unsupported_ops": ["DFT"]}
+    arch = json.loads((tmp_path / "architecture.json").read_text())
+    assert all(b["chosen_by"]["by"] in ("cost", "forced") for b in arch["blocks"])
