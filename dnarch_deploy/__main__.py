@@ -12,7 +12,7 @@ def main() -> None:
     x = torch.randn(8, 1, 150)
     print(model)
     print("output:", tuple(model(x).shape))
-    cost, target = float(model_cost(model)["total"]), base_cost(config)
+    cost, target = float(model_cost(model)["total"].detach()), base_cost(config)
     print(f"cost {cost:,.0f} MACs = {cost / target:.3f} x the base CCNN_{{4,32}}")
     print(describe(model).to_json())
 

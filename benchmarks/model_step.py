@@ -1,0 +1,262 @@
+"""Training-step time of DNArch (learn=KRWD) against the base CCNN (learn=none), CPU and CUDA.
+
+One step = forward, task loss (+ lambda * L_comp for DNArch: its cost model is part of its step),
+backward. The optimiser update is left out: it is the same for every variant and would move the
+masks away from the architecture being timed. Every variant of a setting is timed in one run with
+interleaved repetitions (base, init, half, ..., base, init, ...), median of N:
+
+- base:   the fixed CCNN_{D,H} (global kernels, full resolution, no masks);
+- init:   DNArch with its masks at initialisation, i.e. at the base size (model_cost == base_cost);
+- half:   DNArch with the kernel, resolution and width masks shrunk by one common factor until
+          model_cost / base_cost ~ 0.5 (depth kept), the achieved ratio printed;
+- half-R, half-W: the same cost ratio reached with one mask kind only (diagnostics: which savings
+          of the cost model turn into time).
+
+    python benchmarks/model_step.py            # writes benchmarks/results/model_step.md
+    python benchmarks/model_step.py --quick    # a fast sanity run (nothing written)
+
+Targets (reported, not asserted): init step <= 1.15x base; half-cost step <= 0.7x base.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from dnarch_deploy import DNArch, ModelConfig, base_cost, complexity_loss, model_cost
+from dnarch_deploy import masks as M
+
+RESULTS = Path(__file__).parent / "results" / "model_step.md"
+TARGETS = {"init": 1.15, "half": 0.7}
+SHAPES = {  # name: (input_size, in_channels, classes)
+    "1-D L=784": ((784,), 1, 10),  # sequential MNIST
+    "2-D 28x28": ((28, 28), 1, 10),  # MNIST
+}
+VARIANTS = {"base": None, "init": "", "half": "KRW", "half-R": "R", "half-W": "W"}
+
+
+@dataclass
+class Options:
+    batch: int = 32  # samples per step
+    widths: str = "32,64"  # H of the base CCNN_{D,H}, comma-separated: one setting each
+    depth: int = 4  # D of the base CCNN_{D,H}
+    reps: int = 15  # timed repetitions per variant (median reported)
+    warmup: int = 3  # untimed steps per variant first
+    lam: float = 1.0  # weight of L_comp in the DNArch step
+    target: float = 0.5  # cost ratio of the shrunk variants
+    threads: int = 0  # torch.set_num_threads; 0 keeps torch's default
+    devices: str = "auto"  # "cpu", "cuda", or "auto": cpu, plus cuda when available
+    seed: int = 0
+    quick: bool = False  # 1-D only, H=32, small batch, 3 repetitions; nothing written
+    out: str = str(RESULTS)  # the markdown table is written here (not with --quick)
+
+
+def set_scale(model: DNArch, s: float, kinds: str) -> None:
+    """Shrink the masks of the given kinds (K, R, W) to the fraction s of the base size, in
+    size() terms; the others stay at initialisation."""
+    c = model.config
+    with torch.no_grad():
+        if "W" in kinds:
+            model.mask_width.fill_(M.sigmoid_mu_for_size(s * c.width, c.tau_width, c.max_width))
+        if "R" in kinds:
+            model.mask_res.fill_(M.sigmoid_mu_for_size(s, c.tau_resolution, 1))
+        if "K" in kinds:
+            model.mask_sigma.fill_(s * M.sigma_for_full_kernel(c.threshold))
+        model.clamp_masks_()
+
+
+def cost_ratio(model: DNArch) -> float:
+    with torch.no_grad():
+        return float(model_cost(model)["total"]) / base_cost(model.config)
+
+
+def shrink_to(model: DNArch, target: float, kinds: str) -> float:
+    """Bisect the common factor s so that model_cost / base_cost ~ target; returns the ratio."""
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        set_scale(model, mid, kinds)
+        lo, hi = (mid, hi) if cost_ratio(model) < target else (lo, mid)
+    set_scale(model, hi, kinds)
+    return cost_ratio(model)
+
+
+def make_step(model: DNArch, x: torch.Tensor, y: torch.Tensor, lam: float):
+    target = base_cost(model.config)
+    learns = model.config.learn != "none"
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        if learns:
+            loss = loss + lam * complexity_loss(model_cost(model)["total"], target)
+        loss.backward()
+
+    return step
+
+
+def timed(step, device: torch.device) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of one step."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0, c0 = time.perf_counter(), time.process_time()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def materialised(model: DNArch) -> str:
+    """What block 0 computes, and how many blocks run."""
+    with torch.no_grad():
+        plan = model.plan()
+    b = plan.blocks[0]
+    taps = "x".join(str(2 * h + 1) for h in b.half_taps)
+    return (
+        f"{len(plan.blocks)} blocks, stream {plan.stream}, block 0: n {b.n_in}/{b.n_mid}/{b.n_out}"
+        f", R {'x'.join(map(str, b.resolution))}, {taps} taps"
+    )
+
+
+def bench_setting(shape: str, width: int, device: torch.device, opt: Options, bar) -> list[dict]:
+    size, c_in, classes = SHAPES[shape]
+    common = dict(in_channels=c_in, out_channels=classes, input_size=size, depth=opt.depth)
+    models, ratios = {}, {}
+    for name, kinds in VARIANTS.items():
+        torch.manual_seed(opt.seed)  # same weights for every DNArch variant
+        learn = "none" if kinds is None else "KRWD"
+        models[name] = model = DNArch(ModelConfig(**common, width=width, learn=learn))
+        ratios[name] = shrink_to(model, opt.target, kinds) if kinds else cost_ratio(model)
+    g = torch.Generator().manual_seed(opt.seed)
+    x = torch.randn(opt.batch, c_in, *size, generator=g).to(device)
+    y = torch.randint(0, classes, (opt.batch,), generator=g).to(device)
+    steps = {}
+    for name, model in models.items():
+        model.to(device).train()
+        steps[name] = make_step(model, x, y, opt.lam)
+        for _ in range(opt.warmup):
+            steps[name]()
+    wall, cpu = {name: [] for name in models}, {name: [] for name in models}
+    for _ in range(opt.reps):
+        for name, step in steps.items():  # interleaved: load drifts hit every variant alike
+            w, c = timed(step, device)
+            wall[name].append(w)
+            cpu[name].append(c)
+        bar.update(1)
+    base_wall, base_cpu = statistics.median(wall["base"]), statistics.median(cpu["base"])
+    rows = []
+    for name, model in models.items():
+        rows.append(
+            dict(
+                setting=f"{shape}, H={width}",
+                device=device.type,
+                variant=name,
+                ratio=ratios[name],
+                ms=1e3 * statistics.median(wall[name]),
+                time_ratio=statistics.median(wall[name]) / base_wall,
+                cpu_ratio=statistics.median(cpu[name]) / base_cpu,
+                plan=materialised(model),
+            )
+        )
+    return rows
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    text = (
+        f"CPU: {cpu}, {os.cpu_count()} cores, torch.get_num_threads()={torch.get_num_threads()}"
+        f", load average {os.getloadavg()[0]:.1f} at the start; python "
+        f"{platform.python_version()}, torch {torch.__version__}"
+    )
+    if torch.cuda.is_available():
+        text += f"; CUDA: {torch.cuda.get_device_name()}"
+    return text
+
+
+def table(rows: list[dict], opt: Options, command: str, host: str) -> str:
+    lines = [
+        "# DNArch training step vs the base CCNN",
+        "",
+        host,
+        "",
+        f"`{command}`: step = forward + cross-entropy (+ {opt.lam} x L_comp for DNArch) + "
+        f"backward, batch {opt.batch}, D={opt.depth}; median of {opt.reps} interleaved "
+        f"repetitions after {opt.warmup} warm-up steps each. `init`: masks at the base size; "
+        f"`half`: kernel, resolution and width masks shrunk together to half the cost; `half-R`, "
+        f"`half-W`: half the cost from one mask kind only. Targets are checked on wall-clock "
+        f"time; `CPU / base` is the same ratio in CPU time of the process (less sensitive to "
+        f"other jobs on a shared machine; with several threads it also counts their waiting).",
+        "",
+        "| setting | device | variant | cost / base | step ms | step / base | CPU / base | target "
+        "| materialised |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        target = TARGETS.get(r["variant"])
+        met = "" if target is None else ("met" if r["time_ratio"] <= target else "**missed**")
+        goal = "" if target is None else f"<= {target}: {met}"
+        lines.append(
+            f"| {r['setting']} | {r['device']} | {r['variant']} | {r['ratio']:.3f} | "
+            f"{r['ms']:.1f} | {r['time_ratio']:.2f} | {r['cpu_ratio']:.2f} | {goal} | {r['plan']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv=None) -> Options:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    for f in dataclasses.fields(Options):
+        if f.type == "bool":
+            parser.add_argument(f"--{f.name}", action="store_true")
+        else:
+            kind = {"int": int, "float": float, "str": str}[f.type]
+            parser.add_argument(f"--{f.name}", type=kind, default=f.default)
+    opt = Options(**vars(parser.parse_args(argv)))
+    if opt.quick:
+        opt.reps, opt.warmup, opt.batch, opt.widths = min(opt.reps, 3), 1, min(opt.batch, 8), "32"
+    return opt
+
+
+def main(argv=None) -> None:
+    opt = parse(argv)
+    if opt.threads:
+        torch.set_num_threads(opt.threads)
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = devices if opt.devices == "auto" else [opt.devices]
+    shapes = list(SHAPES)[:1] if opt.quick else list(SHAPES)
+    widths = [int(w) for w in opt.widths.split(",")]
+    settings = [(d, s, w) for d in devices for s in shapes for w in widths]
+    host = machine()  # before the run: the load average is that of the other jobs
+    rows = []
+    quiet = bool(os.environ.get("CI"))
+    with tqdm(total=len(settings) * opt.reps, desc="model_step", disable=quiet) as bar:
+        for device, shape, width in settings:
+            rows += bench_setting(shape, width, torch.device(device), opt, bar)
+    args = sys.argv[1:] if argv is None else list(argv)
+    command = " ".join(["python benchmarks/model_step.py", *args])
+    text = table(rows, opt, command, host)
+    print(text)
+    if not opt.quick:
+        Path(opt.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(opt.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The architecture JSON: describe -> JSON -> read back is lossless; damaged files get a
+SchemaError that names the file and the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dnarch_deploy import Architecture, SchemaError, describe
+from dnarch_deploy.architecture import VERSION
+
+from .helpers import set_mask_state, tiny_model
+
+MODELS = {
+    "1d-init": (dict(input_size=(17,)), "init"),
+    "1d-random": (dict(input_size=(40,)), "random"),
+    "2d-dense-extremes": (dict(input_size=(9, 12), dense=True), "extremes"),
+    "base-ccnn": (dict(input_size=(16,), learn="none"), "init"),
+}
+
+
+def architecture(case: str, epoch: int | None = 3) -> Architecture:
+    kwargs, state = MODELS[case]
+    model = tiny_model(1, **kwargs)
+    set_mask_state(model, state, seed=1)
+    return describe(model, epoch=epoch)
+
+
+@pytest.mark.parametrize("case", MODELS)
+def test_round_trip(case, tmp_path):
+    arch = architecture(case)
+    assert Architecture.from_dict(json.loads(arch.to_json())) == arch
+    path = tmp_path / "architecture.json"
+    arch.save(path)
+    assert Architecture.load(path) == arch
+    assert list(tmp_path.iterdir()) == [path]  # the atomic write left no temporary file
+
+
+@pytest.mark.parametrize("case", MODELS)
+def test_describe_follows_the_plan(case):
+    kwargs, state = MODELS[case]
+    model = tiny_model(1, **kwargs)
+    set_mask_state(model, state, seed=1)
+    arch, plan = describe(model), model.plan()
+    assert arch.depth == len(arch.blocks) == len(plan.blocks)
+    assert arch.stream_width == plan.stream and arch.max_width == model.config.max_width
+    assert arch.version == VERSION and arch.learn == model.config.learn
+    for b, p in zip(arch.blocks, plan.blocks):
+        assert (b.index, b.n_in, b.n_mid, b.n_out) == (p.index, p.n_in, p.n_mid, p.n_out)
+        assert b.resolution == list(p.resolution) and b.kernel_size == list(p.kernel_size)
+        assert b.kernel_taps == [2 * h + 1 for h in p.half_taps]
+        assert 0.0 < b.depth_weight <= 1.0
+
+
+def _set(path: list, value):
+    def change(d):
+        target = d
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return d
+
+    return change
+
+
+def _delete(path: list):
+    def change(d):
+        target = d
+        for key in path[:-1]:
+            target = target[key]
+        del target[path[-1]]
+        return d
+
+    return change
+
+
+DAMAGES = {
+    "missing-field": (_delete(["stream_width"]), "missing field 'stream_width'"),
+    "missing-block-field": (_delete(["blocks", 0, "n_in"]), "missing field 'blocks\\[0\\].n_in'"),
+    "wrong-type": (
+        _set(["in_channels"], "2"),
+        "field 'in_channels' must be an integer >= 1, got '2'",
+    ),
+    "bool-is-not-int": (_set(["depth"], True), "field 'depth' must be an integer >= 0, got True"),
+    "bad-block-list": (
+        _set(["blocks", 1, "kernel_size"], [0]),
+        "field 'blocks\\[1\\].kernel_size' must be a list of 1 or 2 integers >= 1, got \\[0\\]",
+    ),
+    "depth-weight-range": (
+        _set(["blocks", 0, "depth_weight"], 1.5),
+        "field 'blocks\\[0\\].depth_weight' must be a number in \\[0, 1\\], got 1.5",
+    ),
+    "wrong-version": (_set(["version"], VERSION + 1), f"field 'version' is {VERSION + 1}"),
+    "wrong-schema": (_set(["schema"], "onnx"), "field 'schema' must be 'dnarch-architecture'"),
+    "depth-not-len-blocks": (
+        _set(["depth"], 3),
+        "field 'depth' must be the number of blocks \\(2\\)",
+    ),
+    "blocks-not-a-list": (_set(["blocks"], {}), "field 'blocks'"),
+    "block-not-an-object": (_set(["blocks", 0], 7), "field 'blocks\\[0\\]' must be a JSON object"),
+    "negative-epoch": (_set(["epoch"], -1), "field 'epoch' must be null or an integer >= 0"),
+    "not-an-object": (lambda d: [d], "must be a JSON object"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_damaged_file_names_file_and_field(damage, tmp_path):
+    change, message = DAMAGES[damage]
+    data = change(json.loads(architecture("1d-init").to_json()))
+    path = tmp_path / "architecture.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SchemaError, match=message) as error:
+        Architecture.load(path)
+    assert str(error.value).startswith(f"{path}: ")
+    assert isinstance(error.value, ValueError)
+
+
+def test_truncated_and_missing_files(tmp_path):
+    path = tmp_path / "architecture.json"
+    text = architecture("2d-dense-extremes").to_json()
+    path.write_text(text[: len(text) // 2])
+    with pytest.raises(SchemaError, match=f"^{path}: not valid JSON"):
+        Architecture.load(path)
+    with pytest.raises(SchemaError, match="file not found"):
+        Architecture.load(tmp_path / "missing.json")

@@ -1,0 +1,276 @@
+"""DNArch: only the support is materialised, yet it computes the full masked network; the masks
+start at the base size; gradients reach every mask; the resolution mask is an exact low-pass."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dnarch_deploy import DNArch, ModelConfig, base_cost, complexity_loss, model_cost
+from dnarch_deploy import masks as M
+from dnarch_deploy import model as model_module
+from dnarch_deploy.model import Block, BlockPlan
+from dnarch_deploy.spectral import frequency_positions
+
+from .helpers import relative_error, set_mask_state, tiny_config, tiny_model
+
+F64 = torch.float64
+
+# One table of network cases (timm style): every contract test below runs over it.
+CASES = {
+    "1d-odd-classify": dict(input_size=(17,)),
+    "1d-even-dense": dict(input_size=(18,), dense=True, out_channels=2),
+    "1d-long-fft-resampling": dict(input_size=(150,)),  # past spectral.MATRIX_MAX
+    "2d-classify": dict(input_size=(7, 10)),
+    "2d-dense": dict(input_size=(8, 9), dense=True),
+    "tokens": dict(input_size=(16,), vocab_size=11, in_channels=5),
+    "learn-K": dict(learn="K"),
+    "learn-W": dict(learn="W", input_size=(8, 7)),
+    "learn-D": dict(learn="D"),
+    "learn-KWD": dict(learn="KWD", input_size=(12,)),
+    "learn-R-2d": dict(learn="R", input_size=(9, 12)),
+}
+STATES = ["init", "min", "max", "extremes", "random"]
+
+
+def inputs(model: DNArch, batch: int = 3, seed: int = 0) -> torch.Tensor:
+    c = model.config
+    g = torch.Generator().manual_seed(seed)
+    if c.vocab_size:
+        return torch.randint(0, c.vocab_size, (batch, *c.input_size), generator=g)
+    return torch.randn(batch, c.in_channels, *c.input_size, generator=g, dtype=F64)
+
+
+def grads(model: DNArch, out: torch.Tensor, weight: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Gradient of <out, weight> for every parameter; a parameter not used counts as zero."""
+    names, params = zip(*model.named_parameters())
+    g = torch.autograd.grad((out * weight).sum(), params, allow_unused=True)
+    return {n: torch.zeros_like(p) if d is None else d for n, p, d in zip(names, params, g)}
+
+
+@pytest.mark.parametrize("state", STATES)
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_support_only_equals_full_masked_network(case, state):
+    """model(x) slices weights, kernels, channels and blocks to the masks' support; model(x,
+    full=True) runs the maximum-size network with the mask values (zero outside the support)
+    multiplied in. Same outputs and same gradients, in float64, for many mask states."""
+    seeds = range(8) if state in ("random", "extremes") else range(1)
+    sliced_somewhere = False
+    for seed in seeds:
+        model = tiny_model(seed, **case)
+        set_mask_state(model, state, seed)
+        sliced_somewhere |= is_sliced(model)
+        x = inputs(model, seed=seed)
+        sliced, full = model(x), model(x, full=True)
+        assert sliced.shape == full.shape
+        assert relative_error(sliced, full) <= 1e-10, (state, seed)
+        weight = torch.randn(full.shape, dtype=F64, generator=torch.Generator().manual_seed(seed))
+        g_sliced, g_full = grads(model, sliced, weight), grads(model, full, weight)
+        scale = max(float(g.abs().max()) for g in g_full.values())
+        for name, g in g_full.items():
+            # relative per parameter, with a floor for gradients that are zero in exact arithmetic
+            # (e.g. the encoder bias, which a BatchNorm follows)
+            tol = 1e-9 * float(g.abs().max()) + 1e-14 * scale
+            assert float((g_sliced[name] - g).abs().max()) <= tol, (name, state, seed)
+    if state in ("min", "random", "extremes") and any(map(model.config.learns, "KWD")):
+        assert sliced_somewhere  # the comparison covered a real slicing, not two equal networks
+
+
+def is_sliced(model: DNArch) -> bool:
+    """Whether the support-only plan is smaller than the full one anywhere."""
+    with torch.no_grad():
+        small, full = model.plan(), model.plan(full=True)
+    if len(small.blocks) < len(full.blocks) or small.stream < full.stream:
+        return True
+    return any(
+        (a.n_in, a.n_mid, a.n_out) != (b.n_in, b.n_mid, b.n_out) or a.half_taps != b.half_taps
+        for a, b in zip(small.blocks, full.blocks)
+    )
+
+
+@pytest.mark.parametrize("case", [CASES["1d-long-fft-resampling"], dict(input_size=(9, 12))])
+def test_masks_start_at_the_base_size(case):
+    """At initialisation every mask's size() is the base CCNN_{D,H}'s: width H (of 2H), depth D
+    (of 2D), full resolution, global kernel; and that is also what is materialised."""
+    model = tiny_model(0, dtype=torch.float32, **case)
+    c = model.config
+    H, D = c.width, c.depth
+    widths = M.sigmoid_size(model.mask_width, c.tau_width, c.max_width)
+    torch.testing.assert_close(widths, torch.full_like(widths, H))
+    depth = M.sigmoid_size(model.mask_depth, c.tau_depth, c.max_depth)
+    torch.testing.assert_close(depth, torch.tensor(float(D)))
+    resolution = M.sigmoid_size(model.mask_res, c.tau_resolution, 1)  # fraction of the axis
+    assert (resolution == 1).all()
+    for axis, k in enumerate(c.max_kernel):
+        assert (M.gaussian_size(model.mask_sigma[:, axis], k) == k).all()
+    with torch.no_grad():
+        plan = model.plan()
+        kernels = model.kernels(plan)
+    assert len(plan.blocks) == D and plan.stream == H
+    for p, kernel in zip(plan.blocks, kernels):
+        assert (p.n_in, p.n_mid, p.n_out) == (H, H, H)
+        assert p.resolution == c.input_size and p.kernel_size == c.max_kernel
+        assert kernel.shape == (H, *c.max_kernel)
+        assert (kernel != 0).all()  # every tap of the global kernel survives the Gaussian mask
+
+
+@pytest.mark.parametrize("state", ["init", "min", "random", "extremes"])
+def test_resolution_plan_keeps_exactly_the_mask_support(state):
+    """Each block computes at a length R that holds every bin where the resolution mask is
+    non-zero; the mask values handed to the resampler cover R // 2 + 1 bins and are zero past the
+    support."""
+    for seed in range(4):
+        model = tiny_model(seed, input_size=(150, 9))
+        set_mask_state(model, state, seed)
+        c = model.config
+        for b, p in enumerate(model.plan().blocks):
+            for axis, (n, r, m) in enumerate(zip(c.input_size, p.resolution, p.m_res)):
+                mu = model.mask_res[b, axis]
+                full = M.sigmoid_mask(frequency_positions(n, dtype=F64), mu, c.tau_resolution)
+                support = int((full > 0).sum())
+                assert r <= n and m.numel() == r // 2 + 1 >= support
+                torch.testing.assert_close(m[:support], full[:support], rtol=0, atol=0)
+                assert (m[support:] == 0).all() and (full[support:] == 0).all()
+
+
+@pytest.mark.parametrize("loss", ["task", "complexity"])
+@pytest.mark.parametrize("case", [dict(input_size=(13,)), dict(input_size=(7, 8), dense=True)])
+def test_gradients_reach_every_mask_parameter(case, loss):
+    """From the task loss alone and from L_comp alone, every entry of mask_sigma, mask_res,
+    mask_width and mask_depth gets a non-zero gradient (depth mask at its maximum, so that every
+    block is in use; a block outside the depth support is not computed and costs nothing)."""
+    model = tiny_model(1, **case)
+    with torch.no_grad():
+        model.mask_depth.fill_(M.sigmoid_mu_range(model.config.tau_depth)[1])
+    assert len(model.plan().blocks) == model.config.max_depth
+    if loss == "task":
+        out = model(inputs(model))
+        value = out.square().mean()
+    else:
+        value = complexity_loss(model_cost(model)["total"], 0.5 * base_cost(model.config))
+    names = ["mask_sigma", "mask_res", "mask_width", "mask_depth"]
+    params = [getattr(model, n) for n in names]
+    for name, g in zip(names, torch.autograd.grad(value, params)):
+        assert g.isfinite().all() and (g != 0).all(), (name, g)
+
+
+def test_blocks_outside_the_depth_support_get_no_gradient():
+    model = tiny_model(2, input_size=(13,))
+    depth = len(model.plan().blocks)
+    assert depth < model.config.max_depth
+    out = model(inputs(model))
+    g = torch.autograd.grad(out.square().mean(), model.mask_width)[0]
+    assert (g[:depth] != 0).all() and (g[depth:] == 0).all()
+
+
+# --- resolution: the cropped block is the masked full-resolution block when linear ---------------
+
+
+@pytest.mark.parametrize(
+    "size, resolution",
+    [((20,), (9,)), ((21,), (13,)), ((150,), (61,)), ((10, 12), (7, 5)), ((9, 8), (9, 3))],
+    ids=str,
+)
+def test_cropped_block_equals_low_pass_at_full_resolution_when_linear(
+    size, resolution, monkeypatch
+):
+    """With a linear branch (GELU replaced by the identity, no dropout) and a 1-tap kernel, the
+    block computed at the cropped resolution R equals the block at full resolution whose spectrum
+    is multiplied by the mask and zeroed above the cutoff (a low-pass at full length): pointwise
+    layers commute with resampling and up(down(x)) is that low-pass. The kernel has one tap
+    because a zero-padded, finite-window convolution is not band-preserving at the borders, so a
+    longer kernel at R is not the same operator as at full resolution. With the GELU back the two
+    differ: at a lower resolution, cropping *is* the model."""
+    torch.manual_seed(0)
+    width = 5
+    block = Block(width, dropout=0.0).to(F64)
+    x = torch.randn(4, width, *size, dtype=F64)
+    kernel = torch.randn(width, *([1] * len(size)), dtype=F64)
+    masks = tuple(0.1 + 0.9 * torch.rand(r // 2 + 1, dtype=F64) for r in resolution)
+    low_pass = tuple(
+        torch.cat([m, torch.zeros(n // 2 + 1 - m.numel(), dtype=F64)]) for m, n in zip(masks, size)
+    )
+
+    def plan(res, m_res):
+        half_taps, kernel_size = (0,) * len(size), (1,) * len(size)
+        return BlockPlan(0, width, width, width, res, half_taps, kernel_size, None, m_res=m_res)
+
+    cropped, full = plan(resolution, masks), plan(size, low_pass)
+    nonlinear = relative_error(block(x, cropped, kernel), block(x, full, kernel))
+    monkeypatch.setattr(model_module.F, "gelu", lambda z: z)
+    torch.testing.assert_close(
+        block(x, cropped, kernel), block(x, full, kernel), rtol=0, atol=1e-11
+    )
+    assert nonlinear > 1e-6  # the test has teeth: with the GELU, they differ
+
+
+# --- the rest of the contract ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_output_shape_and_forward_changes_no_state(case):
+    model = tiny_model(0, **case)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    out = model(inputs(model, batch=2))
+    c = model.config
+    assert out.shape == ((2, c.out_channels, *c.input_size) if c.dense else (2, c.out_channels))
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_base_ccnn_has_no_masks():
+    model = tiny_model(0, learn="none", input_size=(9, 12))
+    assert model.mask_parameters() == []
+    plan = model.plan()
+    assert len(plan.blocks) == 2 and plan.stream == 4
+    assert all(p.resolution == (9, 12) and p.kernel_size == (9, 11) for p in plan.blocks)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(learn="KX"), "'KX'"),
+        (dict(learn="KK"), "'KK'"),
+        (dict(input_size=(4, 5, 6)), r"\(4, 5, 6\)"),
+        (dict(input_size=(0,)), r"\(0,\)"),
+        (dict(input_size=()), r"\(\)"),
+        (dict(width=0), "width must be >= 1, got 0"),
+        (dict(depth=-1), "depth must be >= 1, got -1"),
+        (dict(in_channels=0), "in_channels must be >= 1, got 0"),
+        (dict(dropout=1.0), "dropout must be in .*got 1.0"),
+    ],
+)
+def test_config_errors_name_the_value(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(input_mean=[0.0]), "input mean/std need 2 values, got 1/2"),
+        (dict(input_std=[1.0, -2.0]), r"input_std must be positive, got \[1.0, -2.0\]"),
+    ],
+)
+def test_model_errors_name_the_value(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DNArch(tiny_config(**kwargs))
+
+
+def test_learn_is_normalised():
+    assert tiny_config(learn="dwk").learn == "KWD"
+    assert tiny_config(learn="NONE").learn == "none"
+    assert tiny_config(learn="R").max_width == 4 and tiny_config(learn="W").max_width == 8
+    assert tiny_config(learn="R").max_depth == 2 and tiny_config(learn="D").max_depth == 4
+    assert ModelConfig(1, 1, [8]).input_size == (8,) and tiny_config().max_kernel == (17,)
+
+
+def test_dense_output_is_denormalised():
+    model = tiny_model(
+        0, dense=True, out_channels=2, output_mean=[1.0, -3.0], output_std=[2.0, 0.5]
+    )
+    plain = tiny_model(0, dense=True, out_channels=2)
+    x = inputs(model)
+    y, y0 = model(x), plain(x)
+    torch.testing.assert_close(y[:, 0], 2.0 * y0[:, 0] + 1.0)
+    torch.testing.assert_close(y[:, 1], 0.5 * y0[:, 1] - 3.0)
