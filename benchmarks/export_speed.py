@@ -46,7 +46,7 @@ from export.emit import to_onnx
 from export.lowering import TACTICS, lower, make_conv
 from export.static import freeze, materialize
 from export.timing import measure, runner, session
-from export.tune import fastest, measure_tactics
+from export.tune import fastest, measure_resample, measure_tactics, resample_choice
 
 RESULTS = Path(__file__).parent / "results" / "export_speed.md"
 # the found state, per block: (n_in, n_mid, n_out) as fractions of 2H, resolution fraction,
@@ -127,12 +127,19 @@ def bench_networks(opt: Options, length: int) -> list[dict]:
     for state in ("found", "max"):
         model = network(opt, length, state)
         static = materialize(model, freeze(model))
+        resample = resample_choice(measure_resample(static, 1, opt.threads, opt.repeats))
+        dense = [{k: ["dense"] * len(v) for k, v in b.items()} for b in resample]
         tuned = fastest(measure_tactics(static, 1, opt.threads, opt.repeats))
         variants = {"mix": tuned, **{t: [t] * len(static.blocks) for t in TACTICS}}
         row = {"state": state, "length": length, "blocks": len(static.blocks), "tactics": tuned,
-               "stream": int(static.decoder.weight.shape[1])}
+               "stream": int(static.decoder.weight.shape[1]), "resample": resample}
+        # the tuned network with every resampling as one dense MatMul (the previous lowering)
+        lowered_dense = lower(static, tuned, dense)
+        row["theoretical_dense"] = sum(
+            v["theoretical"] for v in theoretical_costs(lowered_dense).values())
+        graphs[(state, "mix_dense")] = to_onnx(lowered_dense, (x1,))
         for name, tactics in variants.items():
-            lowered = lower(static, tactics)
+            lowered = lower(static, tactics, resample)
             if name == "mix":
                 costs = theoretical_costs(lowered).values()
                 row["theoretical"] = sum(v["theoretical"] for v in costs)
@@ -212,6 +219,19 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
             f"{r['ort_mix_batch']:.3f} | {r['eager_trained']:.3f} | "
             f"{r['eager_trained_batch']:.3f} | {r['eager_trained'] / r['ort_mix']:.1f}x |"
         )
+    lines += ["", "Spectral resampling per block (tuned: D = one dense MatMul, F = factored "
+              "four-step MatMul FFT; down / up), against the same network with every "
+              "resampling dense (the previous lowering), onnxruntime ms, batch 1:", "",
+              "| L | network | resampling (tuned) | theoretical MMAC | ORT ms B=1 | theoretical "
+              "MMAC, all dense | ORT ms B=1, all dense | all dense / tuned |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in nets:
+        tags = " ".join(
+            "/".join("".join(t[0].upper() for t in b[k]) or "-" for k in ("down", "up"))
+            for b in r["resample"])
+        lines.append(f"| {r['length']} | {r['state']} | {tags} | {r['theoretical'] / 1e6:.2f} | "
+                     f"{r['ort_mix']:.3f} | {r['theoretical_dense'] / 1e6:.2f} | "
+                     f"{r['ort_mix_dense']:.3f} | {r['ort_mix_dense'] / r['ort_mix']:.2f} |")
     lines += ["", "Tactic mix against one tactic everywhere (onnxruntime ms, batch 1):", "",
               "| L | network | mix | direct | matmul | dft | best single | mix / best single |",
               "| --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -5,7 +5,8 @@ Stages, each a function (``python -m export.onnx RUN_DIR`` runs them all):
 1. :func:`calibrate` - BatchNorm population statistics for the final architecture
 2. :func:`freeze` - the masks evaluated once: a fixed plan and its architecture
 3. :func:`materialize` - a plain static PyTorch module (masks, BatchNorm, normalisation folded)
-4. :func:`lower` - resampling as MatMuls, each convolution as a tactic
+4. :func:`lower` - resampling per axis as a dense or a factored (four-step) MatMul, each
+   convolution as a tactic
    (:func:`choose_tactics`: measured onnxruntime latency or the cost model)
 5. emit - :func:`write_onnx`, :func:`write_pt2`, :func:`write_torchscript`, :func:`write_aoti`
 6. verify - :func:`check_onnx`, :func:`backend_compatibility`, :func:`equivalence`

@@ -4,7 +4,9 @@ trained model and the static module in eager PyTorch measured in the same run.
 Theoretical figures are multiply-accumulates per sample:
 
 - ``theoretical``: the lowered layer's own operators, per tactic (export.lowering.conv_macs: direct
-  conv C*L*K, MatMul-FFT its MatMuls, DFT op C*N*log2 N) plus the resampling MatMuls;
+  conv C*L*K, MatMul-FFT its MatMuls, DFT op C*N*log2 N) plus the resampling as executed (per axis
+  dense MatMul n*m per line, or the factored four-step form's MatMuls: export.lowering
+  .resample_macs);
 - ``paper``: the search's cost model for the same sizes (dnarch_deploy.cost, appendix C: Fourier
   convolution C*L*log2 L, resampling left out).
 
@@ -24,15 +26,17 @@ from torch import Tensor, nn
 from dnarch_deploy import DNArch
 from dnarch_deploy.cost import block_cost, decoder_cost, encoder_cost, linear_cost, pointwise_cost
 
-from .lowering import AxisMatMul, conv_macs
+from .lowering import conv_macs
 from .static import StaticNet
 from .timing import layer_latency, layer_models, measure, runner, session
 
 
-def axis_matmul_macs(module: AxisMatMul, channels: int, shape: tuple[int, ...]) -> float:
-    """MACs of one resampling MatMul (n -> m samples along its axis) on a (channels, *shape)
-    input: every one of the m outputs reads all n inputs."""
-    return float(channels * math.prod(shape) * module.sizes[1])
+def axis_matmul_macs(module: nn.Module, channels: int, shape: tuple[int, ...]) -> float:
+    """MACs of one lowered resampling (n -> m samples along its axis) on a (channels, *shape)
+    input: the module's MACs per line (dense MatMul n * m; factored its four MatMuls) times the
+    lines along the axis."""
+    lines = channels * math.prod(shape) // shape[module.dim]
+    return float(lines * module.macs())
 
 
 def tactic_of(block: nn.Module) -> str:

@@ -42,10 +42,10 @@ from .artifacts import (
 from .bench import benchmark, theoretical_costs
 from .calibration import calibrate, task_batches
 from .emit import OPSET, write_aoti, write_onnx, write_pt2, write_torchscript
-from .lowering import TACTICS, cheapest, lower, tactic_costs
+from .lowering import TACTICS, cheapest, lower, resample_evidence_by_cost, tactic_costs
 from .static import StaticNet, freeze, materialize
 from .timing import session
-from .tune import fastest, measure_tactics
+from .tune import fastest, measure_resample, measure_tactics, resample_choice
 from .verify import (
     TOLERANCE,
     backend_compatibility,
@@ -86,17 +86,31 @@ class ExportOptions:
 
 
 def choose_tactics(static: StaticNet, options: ExportOptions) -> tuple[list[str], list[dict]]:
-    """Per block: the tactic, and what it was chosen by (measured ms or theoretical cost)."""
+    """Per block: the convolution tactic, and what it was chosen by (measured ms or theoretical
+    cost); the evidence's ``resample`` holds, per resampled axis (``down`` / ``up``), the
+    resampling tactic (``dense`` / ``factored``) and its evidence (:func:`resample_tactics`)."""
     n = len(static.blocks)
+    resample = (measure_resample(static, 1, options.threads, options.repeats)
+                if options.tune else resample_evidence_by_cost(static))
     if options.tactic is not None:
-        return [options.tactic] * n, [{"by": "forced"} for _ in range(n)]
-    if options.tune:
+        tactics, evidence = [options.tactic] * n, [{"by": "forced"} for _ in range(n)]
+    elif options.tune:
         measured = measure_tactics(static, 1, options.threads, options.repeats)
         evidence = [{"by": "measured", "ms": {t: v["median_ms"] for t, v in m.items()}}
                     for m in measured]
-        return fastest(measured), evidence
-    costs = tactic_costs(static)
-    return cheapest(costs), [{"by": "cost", "macs": c} for c in costs]
+        tactics = fastest(measured)
+    else:
+        costs = tactic_costs(static)
+        tactics, evidence = cheapest(costs), [{"by": "cost", "macs": c} for c in costs]
+    for e, r in zip(evidence, resample):
+        e["resample"] = r
+    return tactics, evidence
+
+
+def resample_tactics(evidence: list[dict]) -> list[dict[str, list[str]]]:
+    """Per block, per resampled axis: the resampling tactics out of :func:`choose_tactics`'s
+    evidence."""
+    return resample_choice([e["resample"] for e in evidence])
 
 
 def export_model(
@@ -128,7 +142,7 @@ def export_model(
     static = materialize(model, frozen)
     lap("freeze_materialize")
     tactics, evidence = choose_tactics(static, options)
-    lowered = lower(static, tactics)
+    lowered = lower(static, tactics, resample_tactics(evidence))
     lap("lower")
 
     x_test = np.asarray(task.x_test[: options.test_samples])
@@ -223,6 +237,10 @@ def export_architecture(found: dict, lowered: StaticNet, tactics: list[str],
             "kernel_taps": list(conv.taps),
             "downsample": [list(m.sizes) for m in block.down],  # (S, R) per resampled axis
             "upsample": [list(m.sizes) for m in block.up],
+            # per resampled axis: "dense" (one MatMul) or "factored" (four-step MatMul FFT)
+            "resample_tactics": getattr(block, "resample_tactics", {}),
+            "resample_split": {k: [getattr(m, "n2", None) for m in getattr(block, k)]
+                               for k in ("down", "up")},  # N2 of a factored axis
             "tactic": tactic,
             "fft_size": list(getattr(conv, "n", ())),
             "chosen_by": why,

@@ -1,4 +1,5 @@
-"""Choose each block's convolution tactic by measured onnxruntime latency (``--tune``).
+"""Choose each block's convolution tactic, and each resampled axis's resampling tactic, by
+measured onnxruntime latency (``--tune``).
 
 Every candidate convolution of every block goes into one wrapper module (one ONNX export for the
 whole search); each candidate is then cut out as its own sub-model and timed, candidates of a block
@@ -10,8 +11,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from dnarch_deploy.spectral import MATRIX_MAX
+
 from .emit import to_onnx
-from .lowering import TACTICS, block_resolution, make_conv
+from .lowering import (
+    TACTICS,
+    block_resolution,
+    lower_resample,
+    make_conv,
+    resample_axes,
+    resample_candidates,
+)
 from .static import StaticNet
 from .timing import (
     layer_boundaries,
@@ -71,3 +81,69 @@ def measure_tactics(
 
 def fastest(measured: list[dict[str, dict[str, float]]]) -> list[str]:
     return [min(m, key=lambda t: m[t]["median_ms"]) for m in measured]
+
+
+class ResampleCandidates(nn.Module):
+    """Every candidate lowering of every resampled axis (that has more than one), one input each."""
+
+    def __init__(self, static: StaticNet, axes: list[dict], keys: list[tuple]):
+        super().__init__()
+        mods = {}
+        for b, kind, j, tactic in keys:
+            module = getattr(static.blocks[b], kind)[j]
+            mods[f"b{b}_{kind}{j}_{tactic}"] = lower_resample(module, axes[b][kind][j][0], tactic)
+        self.keys = [f"b{b}_{kind}{j}_{tactic}" for b, kind, j, tactic in keys]
+        self.mods = nn.ModuleDict(mods)
+
+    def forward(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+        return tuple(self.mods[key](x) for key, x in zip(self.keys, inputs))
+
+
+def measure_resample(
+    static: StaticNet, batch: int = 1, threads: int = 0, repeats: int = 20
+) -> list[dict[str, list[dict]]]:
+    """Per block, ``down`` / ``up``, per resampled axis: ``{"tactic", "by", "ms"}``. Axes with
+    one candidate (no common factor for the factored form) or up to MATRIX_MAX samples (where
+    the model itself uses the matrix, and the dense MatMul wins) keep ``dense`` untimed."""
+    axes = resample_axes(static)
+    size = tuple(static.spec["spatial"])
+    keys, inputs, choice = [], [], []
+    for b, (block, ax) in enumerate(zip(static.blocks, axes)):
+        entry = {}
+        for kind, channels in (("down", block.n_in), ("up", block.n_out)):
+            shape = list(size if kind == "down" else block_resolution(block))
+            entry[kind] = []
+            for j, (n, m, dim) in enumerate(ax[kind]):
+                cands = resample_candidates(n, m)
+                if len(cands) == 1 or max(n, m) <= MATRIX_MAX:
+                    entry[kind].append({"tactic": "dense", "by": "short axis or no factor"})
+                else:
+                    entry[kind].append({"tactic": None, "by": "measured", "ms": {}})
+                    x = torch.randn(batch, channels, *shape)
+                    for tactic in cands:
+                        keys.append((b, kind, j, tactic))
+                        inputs.append(x.clone())
+                shape[dim] = m
+        choice.append(entry)
+    if keys:
+        wrapper = ResampleCandidates(static, axes, keys).eval()
+        model = to_onnx(wrapper, tuple(inputs), dynamic_batch=False)
+        groups = layers(model)
+        todo = sorted({(b, kind, j) for b, kind, j, _ in keys})
+        for b, kind, j in progress(todo, desc="tune resampling"):
+            tactics = [t for bb, k, jj, t in keys if (bb, k, jj) == (b, kind, j)]
+            fns = []
+            for tactic in tactics:
+                group = groups[f"mods.b{b}_{kind}{j}_{tactic}"]
+                sub = sub_model(model, *layer_boundaries(model, group))
+                fns.append(runner(session(sub, threads), random_feeds(sub, batch)))
+            ms = {t: r["median_ms"] for t, r in zip(tactics, measure(fns, repeats))}
+            entry = choice[b][kind][j]
+            entry["ms"] = ms
+            entry["tactic"] = min(ms, key=ms.get)
+    return choice
+
+
+def resample_choice(evidence: list[dict[str, list[dict]]]) -> list[dict[str, list[str]]]:
+    """The per-axis tactics out of :func:`measure_resample`'s (or the cost model's) evidence."""
+    return [{k: [e["tactic"] for e in v] for k, v in block.items()} for block in evidence]

@@ -76,6 +76,16 @@ def test_architecture_json_has_physical_sizes_and_tactics(exported_run):
         assert block["chosen_by"]["by"] == "measured"
         assert set(block["chosen_by"]["ms"]) == {"direct", "matmul", "dft"}
         assert block["tactic"] == min(block["chosen_by"]["ms"], key=block["chosen_by"]["ms"].get)
+        # the resampling tactic per axis, and what chose it
+        assert set(block["resample_tactics"]) == {"down", "up"}
+        for kind, shapes in (("down", block["downsample"]), ("up", block["upsample"])):
+            chosen, why = block["resample_tactics"][kind], block["chosen_by"]["resample"][kind]
+            assert len(chosen) == len(shapes) == len(why) == len(block["resample_split"][kind])
+            for tactic, e, n2 in zip(chosen, why, block["resample_split"][kind]):
+                assert tactic == e["tactic"] in ("dense", "factored")
+                assert (n2 is None) == (tactic == "dense")
+                if e["by"] == "measured":
+                    assert tactic == min(e["ms"], key=e["ms"].get)
         for key in ("n_in", "n_mid", "n_out", "resolution", "kernel_taps"):
             assert block[key] == spec[key], key
     assert [b["tactic"] for b in arch["blocks"]] == report["tactics"]
