@@ -1,0 +1,426 @@
+"""The paper's comparison on our data: base CCNN vs DNArch(K), DNArch(K,R), DNArch(K,R,W,D).
+
+Every variant trains at the same budget (the base network's cost) with the same settings and seeds;
+each run is a real `python -m search.run` into its own run directory, and the table is built from
+their summary.json, metrics.jsonl and architecture.json. Runs are independent processes, several at
+a time (--jobs), one thread each. A finished run directory is reused, an interrupted one resumed
+from its last checkpoint: after a crash, the same command loses at most one epoch per run.
+
+    python benchmarks/search_quality.py                              # the table in README
+    python benchmarks/search_quality.py --quick --out /tmp/quality   # a fast sanity run
+
+Writes benchmarks/results/search_quality.md (and prints it). Settings are CPU-scale (about a
+minute of training per run on a shared 2-core machine); they are printed in the results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python benchmarks/search_quality.py` from the repository root
+    sys.path.insert(0, str(ROOT))
+
+from search.config import parse_args  # noqa: E402  (no torch import: cheap)
+
+RESULTS = ROOT / "benchmarks" / "results" / "search_quality.md"
+VARIANTS = {"CCNN (base)": "none", "DNArch(K)": "K", "DNArch(K,R)": "KR",
+            "DNArch(K,R,W,D)": "KRWD"}
+BASE, FULL = "CCNN (base)", "DNArch(K,R,W,D)"
+COMMON = ["--depth", "4", "--width", "32"]  # the base CCNN_{4,32} (the paper: CCNN_{4,140})
+# flags that may differ between a saved run and this script without changing what it computed
+IGNORED = {"out", "resume", "device", "eval_batch_size", "amp"}
+EARLY = 0.1  # the complexity ratio must be within +-10% after this share of the steps (fig. 7)
+MNIST_FILE = "mnist5k-14px-1000.npz"  # the prepared subset, under OUT/data/
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One task at CPU scale: the --task name given to search.run, its flags, and what differs
+    from the full-size task (printed in the results)."""
+
+    task: str
+    flags: tuple[str, ...]
+    note: str
+
+
+def settings(data_dir: Path) -> dict[str, Setting]:
+    return {
+        "ucr:GunPoint": Setting(
+            "ucr:GunPoint", (),
+            "the official split; every flag at its `python -m search.run` default "
+            "(60 epochs, batch 16, lr 0.01, warm-up 5)"),
+        "ucr:OSULeaf": Setting(
+            "ucr:OSULeaf", ("--epochs", "20", "--warmup-epochs", "2"),
+            "the official split; 20 epochs"),
+        "mnist5k": Setting(
+            f"npz:{data_dir / MNIST_FILE}",
+            ("--epochs", "12", "--batch-size", "32", "--warmup-epochs", "1"),
+            "mnist5k's first 1000 training and 250 validation images and its whole 1000-image "
+            "test split, 2x2 mean-pooled to 14x14 (mnist5k has no training-size option); "
+            "12 epochs, batch 32"),
+        "darcy": Setting(
+            "darcy:size=29,n_train=200", ("--epochs", "14", "--warmup-epochs", "1"),
+            "29x29 grid (solved on 57x57), 200 training samples, 100 val / 100 test; 14 "
+            "epochs, batch 8"),
+        "listops": Setting(
+            "listops:n_train=2000",
+            ("--epochs", "14", "--batch-size", "32", "--warmup-epochs", "1"),
+            "the CPU-sized generator (lengths 51-199, depth <= 6), 2000 training samples; "
+            "14 epochs, batch 32"),
+    }
+
+
+def prepare_mnist(path: Path) -> None:
+    """A CPU-sized MNIST: mnist5k's first 1000 training / 250 validation images (already shuffled
+    and stratified by the task) and its whole test split, 2x2 mean-pooled to 14x14."""
+    if path.exists():
+        return
+    import numpy as np
+
+    from search.tasks import load_task
+
+    task = load_task("mnist5k", seed=0)
+
+    def pool(x):
+        n = x.shape[0]
+        return x.reshape(n, 1, 14, 2, 14, 2).mean(axis=(3, 5)).astype(np.float32)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, x_train=pool(task.x_train[:1000]), y_train=task.y_train[:1000],
+             x_val=pool(task.x_val[:250]), y_val=task.y_val[:250],
+             x_test=pool(task.x_test), y_test=task.y_test)
+    os.replace(tmp, path)
+
+
+def generate(task: str, seeds: int) -> None:
+    """Generate (and cache) each generated task's data once, before runs start in parallel."""
+    from search.tasks import load_task
+
+    if task.startswith(("darcy", "listops", "pathfinder")):
+        for seed in range(seeds):  # generated tasks draw their data from the seed
+            load_task(task, seed=seed)
+
+
+@dataclass
+class Run:
+    key: str  # task key of SETTINGS
+    variant: str
+    seed: int
+    run_dir: Path
+    flags: list[str]  # every search.run flag but --out / --resume
+
+
+def plan_runs(out: Path, table: dict[str, Setting], tasks: list[str], variants: list[str],
+              seeds: int, quick: bool, more: list[str]) -> list[Run]:
+    runs = []
+    for key in tasks:
+        s = table[key]
+        extra = [*s.flags, *more]
+        if quick:
+            extra = _set_flag(extra, "--epochs", "2")
+            extra = _set_flag(extra, "--warmup-epochs", "1")
+        # per seed, the base and DNArch(K,R,W,D) first: with two jobs they train side by side,
+        # under the same load from other work, so their times compare
+        order = sorted(variants, key=lambda v: (v not in (BASE, FULL), list(VARIANTS).index(v)))
+        for seed in range(seeds):
+            for variant in order:
+                learn = VARIANTS[variant]
+                slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", key).strip("-")
+                flags = ["--task", s.task, "--learn", learn, "--seed", str(seed), *COMMON, *extra]
+                runs.append(Run(key, variant, seed, out / f"{slug}-{learn}-s{seed}", flags))
+    return runs
+
+
+def _set_flag(flags: list[str], flag: str, value: str) -> list[str]:
+    flags = list(flags)
+    if flag in flags:
+        flags[flags.index(flag) + 1] = value
+    else:
+        flags += [flag, value]
+    return flags
+
+
+def check_saved(run: Run) -> None:
+    """A run directory left by another configuration is an error, never silently reused."""
+    path = run.run_dir / "config.json"
+    if not path.exists():
+        return
+    saved = json.loads(path.read_text())["train"]
+    wanted = parse_args(run.flags)[0].to_dict()
+    diff = [k for k in wanted if k not in IGNORED and saved.get(k) != wanted[k]]
+    if diff:
+        raise RuntimeError(
+            f"{run.run_dir} was made with other settings ({', '.join(diff)}: saved "
+            f"{[saved.get(k) for k in diff]}, wanted {[wanted[k] for k in diff]}); "
+            "remove it or pass another --out")
+
+
+def execute(run: Run, timings: dict) -> dict:
+    """Run (or resume, or reuse) one search; returns its summary."""
+    summary = run.run_dir / "summary.json"
+    check_saved(run)
+    if not summary.exists():
+        cmd = [sys.executable, "-m", "search.run", *run.flags, "--out", str(run.run_dir)]
+        checkpoints = run.run_dir / "checkpoints"
+        if checkpoints.is_dir() and any(checkpoints.glob("epoch-*")):
+            cmd.append("--resume")
+        elif run.run_dir.exists():  # stopped before its first checkpoint: nothing to keep
+            shutil.rmtree(run.run_dir)
+        env = dict(os.environ, CI="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                               f"{proc.stderr[-2000:]}")
+        timings[run.run_dir.name] = timings.get(run.run_dir.name, 0.0) + time.perf_counter() - t0
+    return json.loads(summary.read_text())
+
+
+def trajectory(run_dir: Path) -> float:
+    """max |C/C_target - 1| after the first EARLY share of the steps: over every epoch's mean of
+    the training steps and every end-of-epoch value (metrics.jsonl)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r["split"] in ("train", "val")]
+    epochs = max(r["epoch"] for r in rows) + 1
+    late = [r["complexity_ratio"] for r in rows if r["epoch"] >= EARLY * epochs]
+    return max(abs(v - 1.0) for v in late)
+
+
+def describe_arch(run_dir: Path) -> str:
+    """One line: depth, stream width, and per block kernel size, resolution, widths."""
+    a = json.loads((run_dir / "architecture.json").read_text())
+
+    def axes(v: list[int]) -> str:
+        return "x".join(str(x) for x in v)
+
+    blocks = "; ".join(
+        f"K {axes(b['kernel_size'])}, R {axes(b['resolution'])}, "
+        f"{b['n_in']}/{b['n_mid']}/{b['n_out']}" for b in a["blocks"])
+    return (f"depth {a['depth']} of {a['max_depth']}, stream {a['stream_width']} of "
+            f"{a['max_width']} (input {axes(a['input_size'])}): {blocks}")
+
+
+def code_state() -> str:
+    """The commit, and one digest of the Python files the runs execute (dnarch_deploy/, search/;
+    committed or not), so a later reader can tell whether the code has changed since."""
+    import hashlib
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=ROOT, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        head = "unknown"
+    digest = hashlib.sha256()
+    for path in sorted([*ROOT.glob("dnarch_deploy/**/*.py"), *ROOT.glob("search/**/*.py")]):
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return f"git HEAD {head}; sha256 of dnarch_deploy/ and search/ *.py {digest.hexdigest()[:12]}"
+
+
+def fmt(values: list[float], digits: int = 3) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def report(args, table: dict[str, Setting], runs: list[Run], results: dict, failed: dict,
+           timings: dict) -> str:
+    import torch
+
+    lines = [
+        "| task | model | test metric (mean ± std) | complexity ratio | max \\|ratio − 1\\| "
+        "after 10% | params | MMACs | train s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    verdicts, ratio_ok, early_ok, walls, archs = [], [], [], [], []
+    for key in args.tasks:
+        means = {}
+        for variant in args.variants:
+            mine = [r for r in runs if r.key == key and r.variant == variant]
+            done = [r for r in mine if r.run_dir in results]
+            lost = [r for r in mine if r.run_dir in failed]
+            if not done:
+                lines.append(f"| {key} | {variant} | failed | | | | | |")
+                continue
+            rs = [results[r.run_dir] for r in done]
+            metric = [s["test_metric"] for s in rs]
+            means[variant] = (statistics.mean(metric), rs[0]["higher_is_better"], rs[0])
+            dev = [trajectory(r.run_dir) for r in done]
+            ratio = [s["complexity_ratio"] for s in rs]
+            note = f" ({len(lost)} failed)" if lost else ""
+            lines.append(
+                f"| {key} | {variant} | {rs[0]['metric_name']} {fmt(metric)}{note} "
+                f"| {fmt(ratio)} | {fmt(dev)} | {fmt([s['params'] for s in rs], 0)} "
+                f"| {fmt([s['macs'] / 1e6 for s in rs], 2)} "
+                f"| {fmt([s['wall_seconds'] for s in rs], 0)} |")
+            if variant == FULL:
+                ratio_ok += [0.95 <= v <= 1.05 for v in ratio]
+                early_ok += [d <= 0.10 for d in dev]
+                archs.append(f"- {key} (seed {done[0].seed}): {describe_arch(done[0].run_dir)}")
+        if BASE in means and FULL in means:
+            (b, higher, _), (f, _, summ) = means[BASE], means[FULL]
+            better = f > b if higher else f < b
+            verdicts.append(f"{key} {'beats' if better else 'loses'} "
+                            f"({summ['metric_name']} {f:.3f} vs {b:.3f})")
+            base_wall = statistics.mean(results[r.run_dir]["wall_seconds"] for r in runs
+                                        if r.key == key and r.variant == BASE
+                                        and r.run_dir in results)
+            full_wall = statistics.mean(results[r.run_dir]["wall_seconds"] for r in runs
+                                        if r.key == key and r.variant == FULL
+                                        and r.run_dir in results)
+            walls.append(f"{key} {full_wall / base_wall:.2f}x")
+
+    command = " ".join(["python benchmarks/search_quality.py", *sys.argv[1:]])
+    defaults = parse_args([])[0].to_dict()
+    shown = ("lam", "lr", "mask_lr", "weight_decay", "warmup_epochs", "dropout", "batch_size",
+             "epochs", "omega_0", "tau_resolution", "tau_width", "tau_depth", "embed_dim")
+    in_effect = ", ".join(f"{k} {defaults[k]}" for k in shown)
+    names = {r.run_dir.name for r in runs}
+    per_run = sum(v for k, v in timings["runs"].items() if k in names)
+    trained = [i for i in timings["invocations"] if i["trained"]]
+    wall = sum(i["seconds"] for i in trained)
+    header = [
+        "# Search quality: the paper's comparison at CPU scale",
+        "",
+        "Base CCNN (`--learn none`) against DNArch learning kernel sizes (K), + resolution (R), "
+        "+ width and depth (W, D), all at the same budget (C_target = the base CCNN's cost), "
+        "same settings, same seeds; each cell is the mean ± std over seeds of the run's "
+        "summary.json (test metric at the best validation epoch).",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other work, "
+        f"{args.jobs} runs at a time, 1 thread each; Python {platform.python_version()}, "
+        f"torch {torch.__version__}.  ",
+        f"Time: {wall / 60:.1f} min wall to train the {len(results)} runs ("
+        + " + ".join(f"{i['seconds'] / 60:.1f} min on {i['started']} ({i['trained']} runs)"
+                     for i in trained)
+        + f"); {per_run / 60:.1f} min of run processes (start-up, training, validation, "
+        "test).  ",
+        f"Common settings: `{' '.join(COMMON)}` (the base CCNN_{{4,32}}; the search may use up "
+        f"to 8 blocks and 64 channels), budget 1.0, {args.seeds} seed(s) (0..{args.seeds - 1}); "
+        "every other flag at its `python -m search.run` default unless listed below"
+        + (" (**--quick: 2 epochs, 1 seed**)" if args.quick else "")
+        + (f"; **every run also** `{args.extra}`" if args.extra else "") + ".  ",
+        f"Defaults in effect: {in_effect}.  ",
+        f"Code: {code_state()}.",
+        "",
+        "| task | `--task` | extra flags | what is CPU-scale |",
+        "|---|---|---|---|",
+    ]
+    for key in args.tasks:
+        s = table[key]
+        task = f"npz:OUT/data/{MNIST_FILE}" if s.task.startswith("npz:") else s.task
+        header.append(f"| {key} | `{task}` | `{' '.join(s.flags) or '(none)'}` | {s.note} |")
+    header += [
+        "",
+        "Columns: *complexity ratio* is C/C_target of the architecture at the best validation "
+        "epoch (the one reported); *max |ratio − 1| after 10%* is the largest deviation over "
+        "each epoch's mean of the training steps and each end-of-epoch value, leaving out the "
+        "epochs in the first 10% of training (paper fig. 7); *params* and *MMACs* are the "
+        "materialised network's (kernel network and masks gone); *train s* is the run's training "
+        "time (summary.json wall_seconds: training epochs, not validation, start-up or test), "
+        "on a machine shared with other jobs, so timings are noisy.",
+        "",
+    ]
+    targets = [
+        "## Targets",
+        "",
+        f"- DNArch(K,R,W,D) final complexity ratio in [0.95, 1.05]: {sum(ratio_ok)} of "
+        f"{len(ratio_ok)} runs.",
+        f"- DNArch(K,R,W,D) complexity ratio within ±10% after the first 10% of training: "
+        f"{sum(early_ok)} of {len(early_ok)} runs.",
+        f"- DNArch(K,R,W,D) beats the base CCNN (mean over seeds) on "
+        f"{sum('beats' in v for v in verdicts)} of {len(verdicts)} tasks: "
+        + "; ".join(verdicts) + ".",
+        "- DNArch(K,R,W,D) training time / base CCNN training time (mean over seeds): "
+        + ", ".join(walls) + ".",
+    ]
+    if failed:
+        targets += ["", "Failed runs: " + ", ".join(p.name for p in failed) + "."]
+    text = "\n".join(header + lines + ["", *targets, "",
+                                        "## Architectures found (DNArch(K,R,W,D), one seed)", "",
+                                        "Per block: kernel size K and resolution R per axis, "
+                                        "widths n_in/n_mid/n_out.", "", *archs]) + "\n"
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="runs/quality", help="where the run directories go")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
+    parser.add_argument("--tasks", nargs="*", default=None, help="task keys (default: all)")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--quick", action="store_true", help="2 epochs, 1 seed: a sanity run")
+    parser.add_argument("--extra", default="", help="more search.run flags for every run, for "
+                        "ablations (use another --out), e.g. --extra='--tau-width 50'")
+    parser.add_argument("--results", default=str(RESULTS), help="markdown file to write")
+    args = parser.parse_args()
+    if args.quick:
+        args.seeds = 1
+    out = Path(args.out).resolve()
+    table = settings(out / "data")
+    args.tasks = args.tasks or list(table)
+    unknown = [t for t in args.tasks if t not in table]
+    if unknown:
+        parser.error(f"unknown task keys {unknown}; choose from {list(table)}")
+
+    t0 = time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    if "mnist5k" in args.tasks:
+        prepare_mnist(out / "data" / MNIST_FILE)
+    for key in args.tasks:
+        generate(table[key].task, args.seeds)
+    runs = plan_runs(out, table, args.tasks, args.variants, args.seeds, args.quick,
+                     args.extra.split())
+    timings_path = out / "timings.json"  # wall time of every run and invocation, across resumes
+    timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
+    if "runs" not in timings:  # an older flat {run: seconds} file
+        timings = {"runs": timings, "invocations": []}
+    invocation = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
+                  "seconds": 0.0, "trained": 0}  # updated after every run: a crash keeps it
+    timings["invocations"].append(invocation)
+    session: dict[str, float] = {}
+    results, failed = {}, {}
+    with ThreadPoolExecutor(args.jobs) as pool, tqdm(total=len(runs), desc="runs",
+                                                      disable=bool(os.environ.get("CI"))) as bar:
+        futures = {pool.submit(execute, run, session): run for run in runs}
+        for future in as_completed(futures):
+            run = futures[future]
+            try:
+                results[run.run_dir] = future.result()
+            except Exception as e:  # noqa: BLE001 - report every failure, keep the others
+                failed[run.run_dir] = e
+                print(f"FAILED {run.run_dir.name}: {e}", file=sys.stderr)
+            bar.update(1)
+            timings["runs"].update(session)
+            invocation.update(seconds=round(time.time() - t0, 1), trained=len(session))
+            timings_path.write_text(json.dumps(timings, indent=1) + "\n")
+    invocation.update(seconds=round(time.time() - t0, 1), trained=len(session))
+    timings_path.write_text(json.dumps(timings, indent=1) + "\n")
+    text = report(args, table, runs, results, failed, timings)
+    print(text)
+    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.results).write_text(text)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
