@@ -8,8 +8,9 @@ values): a 1-D DNArch on length-L inputs (L = 256 and 1024), base CCNN_{D,H}, in
   resolution 1/2 .. 1/16, kernels 3% .. 100% of the input (fixed below, documented in the output);
 - max:   every mask at its maximum: 2D blocks, 2H channels, global kernels, full resolution.
 
-Each is frozen, materialised, tactics tuned in onnxruntime (export.tune), lowered and exported
-with the dynamo exporter, exactly as ``python -m export.onnx`` does. Timings are medians of
+Each is frozen, materialised, tactics tuned in onnxruntime (export.tune: per layer, then the
+per-layer choice against each single tactic as whole networks), lowered and exported with the
+dynamo exporter, exactly as ``python -m export.onnx`` does. Timings are medians of
 interleaved repeats (export.timing.measure), onnxruntime and PyTorch eager with the same number
 of threads, measured separately (their spinning thread pools would slow each other).
 
@@ -46,7 +47,13 @@ from export.emit import to_onnx
 from export.lowering import TACTICS, lower, make_conv
 from export.static import freeze, materialize
 from export.timing import measure, runner, session
-from export.tune import fastest, measure_resample, measure_tactics, resample_choice
+from export.tune import (
+    fastest,
+    fastest_network,
+    measure_resample,
+    measure_tactics,
+    resample_choice,
+)
 
 RESULTS = Path(__file__).parent / "results" / "export_speed.md"
 # the found state, per block: (n_in, n_mid, n_out) as fractions of 2H, resolution fraction,
@@ -129,10 +136,13 @@ def bench_networks(opt: Options, length: int) -> list[dict]:
         static = materialize(model, freeze(model))
         resample = resample_choice(measure_resample(static, 1, opt.threads, opt.repeats))
         dense = [{k: ["dense"] * len(v) for k, v in b.items()} for b in resample]
-        tuned = fastest(measure_tactics(static, 1, opt.threads, opt.repeats))
+        per_layer = fastest(measure_tactics(static, 1, opt.threads, opt.repeats))
+        tuned, whole = fastest_network(static, per_layer, resample, TACTICS, 1, opt.threads,
+                                       opt.repeats)
         variants = {"mix": tuned, **{t: [t] * len(static.blocks) for t in TACTICS}}
         row = {"state": state, "length": length, "blocks": len(static.blocks), "tactics": tuned,
-               "stream": int(static.decoder.weight.shape[1]), "resample": resample}
+               "stream": int(static.decoder.weight.shape[1]), "resample": resample,
+               "whole_network": whole}
         # the tuned network with every resampling as one dense MatMul (the previous lowering)
         lowered_dense = lower(static, tuned, dense)
         row["theoretical_dense"] = sum(
@@ -243,6 +253,15 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
         lines.append(f"| {r['length']} | {r['state']} | {mix} | {r['ort_direct']:.3f} | "
                      f"{r['ort_matmul']:.3f} | {r['ort_dft']:.3f} | {best} | "
                      f"{mix_ratios[-1]:.3f} |")
+    lines += ["", "Whole-network tuning (export.tune.fastest_network: the per-layer choice "
+              "against each single tactic for every block, timed as whole networks during "
+              "tuning; ms, batch 1):", ""]
+    for r in nets:
+        cands = r["whole_network"]["candidates"]
+        timed = ", ".join(f"{c['name']} {c['median_ms']:.3f}" for c in cands if "median_ms" in c)
+        lines.append(f"- L={r['length']} {r['state']}: per-layer choice "
+                     f"{' '.join(cands[0]['tactics'])}; {timed or 'nothing timed'}; "
+                     f"kept {r['whole_network']['kept']}")
     lines += ["", "One depthwise convolution, batch 1: FFT lowerings in onnxruntime against "
               "torch.fft (dnarch_deploy.spectral.fft_conv) in eager PyTorch (ms):", "",
               "| channels | size | taps | direct | matmul | dft | torch.fft | best FFT / torch |",

@@ -1,6 +1,7 @@
 """The export pipeline: run directory -> RUN_DIR/export/, stage by stage.
 
-    load -> calibrate -> freeze -> materialise -> lower (tactics: tuned or by cost) -> emit
+    load -> calibrate -> freeze -> materialise -> lower (tactics: tuned per layer, then checked
+         as whole networks; or by cost) -> emit
          -> verify (checks, equivalence) -> benchmark -> report.json
 
 Everything is written into a temporary directory beside ``RUN_DIR/export`` and renamed into place
@@ -45,7 +46,7 @@ from .emit import OPSET, write_aoti, write_onnx, write_pt2, write_torchscript
 from .lowering import TACTICS, cheapest, lower, resample_evidence_by_cost, tactic_costs
 from .static import StaticNet, freeze, materialize
 from .timing import session
-from .tune import fastest, measure_resample, measure_tactics, resample_choice
+from .tune import fastest, fastest_network, measure_resample, measure_tactics, resample_choice
 from .verify import (
     TOLERANCE,
     backend_compatibility,
@@ -88,7 +89,9 @@ class ExportOptions:
 def choose_tactics(static: StaticNet, options: ExportOptions) -> tuple[list[str], list[dict]]:
     """Per block: the convolution tactic, and what it was chosen by (measured ms or theoretical
     cost); the evidence's ``resample`` holds, per resampled axis (``down`` / ``up``), the
-    resampling tactic (``dense`` / ``factored``) and its evidence (:func:`resample_tactics`)."""
+    resampling tactic (``dense`` / ``factored``) and its evidence (:func:`resample_tactics`).
+    Tuned, these are the per-layer winners; :func:`export_model` then keeps the fastest whole
+    network of them and each single tactic (:func:`export.tune.fastest_network`)."""
     n = len(static.blocks)
     resample = (measure_resample(static, 1, options.threads, options.repeats)
                 if options.tune else resample_evidence_by_cost(static))
@@ -142,7 +145,13 @@ def export_model(
     static = materialize(model, frozen)
     lap("freeze_materialize")
     tactics, evidence = choose_tactics(static, options)
-    lowered = lower(static, tactics, resample_tactics(evidence))
+    resample = resample_tactics(evidence)
+    network = None  # tuned: the whole-network check of the per-layer choice
+    if options.tune and options.tactic is None:
+        singles = tuple(t for t in TACTICS if all(t in e["ms"] for e in evidence))
+        tactics, network = fastest_network(static, tactics, resample, singles, 1, options.threads,
+                                           options.repeats)
+    lowered = lower(static, tactics, resample)
     lap("lower")
 
     x_test = np.asarray(task.x_test[: options.test_samples])
@@ -169,13 +178,15 @@ def export_model(
         latency = benchmark(model, static, lowered, onnx_model, example, options.bench_batch,
                             options.threads, options.repeats, options.per_layer)
         lap("benchmark")
-    architecture = export_architecture(frozen.architecture.to_dict(), lowered, tactics, evidence)
+    architecture = export_architecture(frozen.architecture.to_dict(), lowered, tactics, evidence,
+                                       network)
     atomic_write_text(out / ARCHITECTURE_FILE, json.dumps(architecture, indent=1) + "\n")
     report = {
         "schema": SCHEMA,
         "version": VERSION,
         "run": run_info or {},
         "tactics": tactics,
+        **({"whole_network": network} if network else {}),
         "equivalence": errors,
         "tolerance": options.tolerance,
         "ops": ops,
@@ -221,8 +232,9 @@ def artifact_runners(model: DNArch, static: StaticNet, lowered: StaticNet, out: 
 
 
 def export_architecture(found: dict, lowered: StaticNet, tactics: list[str],
-                        evidence: list[dict]) -> dict:
-    """architecture.json: the physical sizes of the exported network and each layer's tactic."""
+                        evidence: list[dict], network: dict | None = None) -> dict:
+    """architecture.json: the physical sizes of the exported network and each layer's tactic;
+    ``network``: the whole-network tuning evidence (:func:`export.tune.fastest_network`), if any."""
     costs = theoretical_costs(lowered)
     spec = lowered.spec
     blocks = []
@@ -253,6 +265,7 @@ def export_architecture(found: dict, lowered: StaticNet, tactics: list[str],
         "stream_width": int(lowered.decoder.weight.shape[1]),
         "depth": len(blocks),
         "blocks": blocks,
+        **({"whole_network": network} if network else {}),
         "opset": OPSET,
         "dynamic_axes": {"x": [0], "y": [0]},
         "found": found,

@@ -1,0 +1,113 @@
+"""Whole-network tuning (export.tune.fastest_network): the per-layer choice against each single
+tactic for every block, the fastest whole network kept. Timings are injected (export.tune.measure
+replaced), so the choice does not depend on the machine's load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from onnx import TensorProto, helper
+
+from export import pipeline, tune
+from export.lowering import resample_tactics_by_cost
+from export.pipeline import ExportOptions, export_model
+from export.static import freeze, materialize
+
+from .export_cases import random_model
+from .test_export_pipeline import fake_task
+
+
+def injected(medians=None):
+    """A stand-in for export.timing.measure: runs every candidate once, then reports the given
+    medians (None: decreasing with the candidate's position, so the last one is fastest)."""
+    calls = []
+
+    def measure(fns, repeats=20, **kwargs):
+        for fn in fns:
+            fn()
+        calls.append(len(fns))
+        ms = medians if medians is not None else [float(len(fns) - i) for i in range(len(fns))]
+        assert len(ms) == len(fns)
+        return [{"median_ms": m, "min_ms": m / 2} for m in ms]
+
+    return measure, calls
+
+
+def stand_in_exporter(exported: list):
+    """For the selection tests: export.tune.to_onnx recording each candidate's lowered tactics
+    and returning a tiny Identity graph (the real export is the pipeline tests' business)."""
+
+    def to_onnx(module, example, **kwargs):
+        exported.append([block.tactic for block in module.blocks])
+        x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 1]) for n in "xy")
+        graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+
+    return to_onnx
+
+
+@pytest.fixture(scope="module")
+def one_block():
+    model = random_model(1)  # 1-D, one block
+    static = materialize(model, freeze(model))
+    assert len(static.blocks) == 1
+    return static, resample_tactics_by_cost(static)
+
+
+@pytest.mark.parametrize(("medians", "kept"), [
+    ([2.0, 1.5, 1.5], "direct"),  # the smallest median; of equal ones the first
+    ([1.0, 1.0, 3.0], "per-layer"),  # a tie with the per-layer choice keeps it
+])
+def test_keeps_the_network_with_the_smallest_median(monkeypatch, one_block, medians, kept):
+    static, resample = one_block
+    measure, calls = injected(medians)
+    exported = []
+    monkeypatch.setattr(tune, "measure", measure)
+    monkeypatch.setattr(tune, "to_onnx", stand_in_exporter(exported))
+    tactics, evidence = tune.fastest_network(static, ["matmul"], resample, threads=1, repeats=3)
+    assert exported == [["matmul"], ["direct"], ["dft"]]  # each candidate lowered as it says
+    assert calls == [3]  # and timed side by side, in one measurement
+    # matmul everywhere is the per-layer choice itself: timed once, as "per-layer"
+    assert [(c["name"], c["tactics"], c["median_ms"]) for c in evidence["candidates"]] == [
+        ("per-layer", ["matmul"], medians[0]), ("direct", ["direct"], medians[1]),
+        ("dft", ["dft"], medians[2])]
+    assert evidence["kept"] == kept and kept in evidence["why"]
+    assert tactics == next(c["tactics"] for c in evidence["candidates"] if c["name"] == kept)
+    assert (evidence["batch"], evidence["threads"], evidence["repeats"]) == (1, 1, 3)
+
+
+def test_no_alternative_times_nothing(monkeypatch, one_block):
+    static, resample = one_block
+    measure, calls = injected()
+    exported = []
+    monkeypatch.setattr(tune, "measure", measure)
+    monkeypatch.setattr(tune, "to_onnx", stand_in_exporter(exported))
+    tactics, evidence = tune.fastest_network(static, ["direct"], resample, singles=("direct",))
+    assert tactics == ["direct"] and evidence["kept"] == "per-layer"
+    assert calls == [] and exported == []
+    assert evidence["candidates"] == [{"name": "per-layer", "tactics": ["direct"]}]
+
+
+def test_export_uses_the_kept_network_and_records_why(monkeypatch, tmp_path):
+    """With injected timings the per-layer winner is dft for every block, but the whole network
+    with matmul everywhere is fastest: the export lowers matmul, says so, and still verifies."""
+    per_layer = {"direct": 3.0, "matmul": 2.0, "dft": 1.0}
+    monkeypatch.setattr(pipeline, "measure_tactics", lambda static, *args: [
+        {t: {"median_ms": ms, "min_ms": ms} for t, ms in per_layer.items()}
+        for _ in static.blocks])
+    monkeypatch.setattr(tune, "measure", injected()[0])  # the networks: the last one fastest
+    model = random_model(1)
+    options = ExportOptions(bench=False, torchscript=False, batch_size=16, repeats=2)
+    report = export_model(model, fake_task(model), tmp_path, options)
+    arch = json.loads((tmp_path / "architecture.json").read_text())
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert [min(b["chosen_by"]["ms"], key=b["chosen_by"]["ms"].get) for b in arch["blocks"]] == [
+        "dft"]
+    network = saved["whole_network"]
+    assert arch["whole_network"] == network == report["whole_network"]
+    assert [c["name"] for c in network["candidates"]] == ["per-layer", "direct", "matmul"]
+    assert network["kept"] == "matmul" and "matmul 1.000 ms" in network["why"]
+    assert saved["tactics"] == [b["tactic"] for b in arch["blocks"]] == ["matmul"]
+    assert "DFT" not in saved["ops"]
+    assert all(err["max_rel"] <= 1e-4 for err in saved["equivalence"].values())
