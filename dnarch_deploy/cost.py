@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from . import masks as M
-from .model import DNArch
+from .model import DNArch, Plan
 
 Size = Tensor | float
 
@@ -36,9 +36,13 @@ def linear_cost(length: Size, n_in: Size, n_out: Size) -> Size:
 
 
 def fourier_conv_cost(length: Size, channels: Size) -> Size:
-    """Depthwise Fourier convolution: C * L * log2(L)."""
-    log = torch.log2(length) if isinstance(length, Tensor) else math.log2(max(length, 1.0))
-    return channels * length * log
+    """Depthwise Fourier convolution: C * L * log2(L), for L >= 1 (a relaxed size below 1 sample
+    counts as 1, so a block shrunk to nothing costs nothing rather than NaN)."""
+    if isinstance(length, Tensor):
+        length = length.clamp_min(1.0)
+        return channels * length * torch.log2(length)
+    length = max(length, 1.0)
+    return channels * length * math.log2(length)
 
 
 def pointwise_cost(length: Size, channels: Size) -> Size:
@@ -87,32 +91,61 @@ def decoder_cost(length: Size, stream: Size, out_channels: int, dense: bool) -> 
     return {"pool": pointwise_cost(length, stream), "linear": linear_cost(1, stream, out_channels)}
 
 
-def model_cost(model: DNArch) -> dict:
+def _straight_through(soft: Tensor, hard: Tensor) -> Tensor:
+    """``hard`` in value, ``soft``'s gradient."""
+    return hard + soft - soft.detach()
+
+
+def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
     """Differentiable cost of the architecture the masks describe.
 
-    Returns ``{"total": Tensor, "encoder": dict, "blocks": [dict], "block_weights": Tensor,
-    "decoder": dict}``. Block b counts with weight clamp(size(m_depth) - b, 0, 1): the continuous
-    depth of §2.5 ("C_net,size(m_depth)").
+    Every size is straight-through: its value is what the plan materialises (whole blocks, whole
+    channels, the resolution and kernel taps actually used), its gradient is the continuous
+    size() of its mask (eqs. 6-7; the depth as the weights clamp(size(m_depth) - b, 0, 1), §2.5
+    "C_net,size(m_depth)"). So the loss prices exactly the network that runs and is exported
+    (``total`` == :func:`architecture_cost` of :func:`~dnarch_deploy.describe`), while the masks
+    still get smooth gradients. (With the continuous sizes as values, the floor-like discrete
+    counts left found networks up to 14% under the budget; a fractional last block was paid for
+    but not run.)
+
+    ``plan``: the step's plan, if already drawn (saves drawing it again). Returns ``{"total":
+    Tensor, "encoder": dict, "blocks": [dict], "block_weights": Tensor, "decoder": dict}``.
     """
     c = model.config
     ref = model.enc_w
     length = float(math.prod(c.input_size))
     H, D = c.max_width, c.max_depth
+    if plan is None:
+        with torch.no_grad():
+            plan = model.plan()
+    ran = {p.index: p for p in plan.blocks}
+
+    def realised(soft: Tensor, hard_of) -> Tensor:
+        """Per block (rows of ``soft``): the plan's value for blocks that run, else soft's."""
+        hard = soft.detach().clone()
+        for b, p in ran.items():
+            hard[b] = torch.tensor(hard_of(p), dtype=soft.dtype, device=soft.device)
+        return _straight_through(soft, hard)
+
     if c.learns("D"):
         depth = M.sigmoid_size(model.mask_depth, c.tau_depth, D, c.threshold)
-        weights = (depth - torch.arange(D, dtype=ref.dtype, device=ref.device)).clamp(0, 1)
+        soft = (depth - torch.arange(D, dtype=ref.dtype, device=ref.device)).clamp(0, 1)
+        ran_mask = torch.tensor([b in ran for b in range(D)], dtype=ref.dtype, device=ref.device)
+        weights = _straight_through(soft, ran_mask)
     else:
         weights = torch.ones(D, dtype=ref.dtype, device=ref.device)
     if c.learns("W"):
         widths = M.sigmoid_size(model.mask_width, c.tau_width, H, c.threshold)  # (D, 3)
     else:
         widths = torch.full((D, 3), float(H), dtype=ref.dtype, device=ref.device)
+    widths = realised(widths, lambda p: [p.n_in, p.n_mid, p.n_out])
     size = torch.tensor(c.input_size, dtype=ref.dtype, device=ref.device)
     if c.learns("R"):
         fraction = M.sigmoid_size(model.mask_res, c.tau_resolution, 1, c.threshold)  # (D, axes)
         res_axes = fraction * size
     else:
         res_axes = size.expand(D, -1)
+    res_axes = realised(res_axes, lambda p: list(p.resolution))
     resolution = res_axes.prod(-1)
     if c.learns("K"):
         kernel = torch.stack(
@@ -124,6 +157,9 @@ def model_cost(model: DNArch) -> dict:
         )  # (D, axes), in input samples
     else:
         kernel = torch.tensor(c.max_kernel, dtype=ref.dtype, device=ref.device).expand(D, -1)
+    # taps at the block's resolution R span taps * S / R input samples
+    kernel = realised(kernel, lambda p: [
+        (2 * h + 1) * s / r for h, s, r in zip(p.half_taps, c.input_size, p.resolution)])
     blocks = [
         block_cost(
             length,

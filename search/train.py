@@ -183,9 +183,10 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False) -> dict:
             idx = order[i * batch : (i + 1) * batch][world.rank * local : (world.rank + 1) * local]
             x, y = train_set.x[idx], train_set.y[idx]
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                out = model(x)
+                plan = model.plan()
+                out = model.run(x, plan)
             loss_obj = objective(model, out, y)
-            cost = model_cost(model)["total"]
+            cost = model_cost(model, plan)["total"]
             ratio, loss_comp = cost / target, complexity_loss(cost, target)
             loss = loss_obj + cfg.lam * loss_comp
             if not torch.isfinite(loss):

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from dnarch_deploy import base_cost, complexity_loss, model_cost, spectral
+from dnarch_deploy import base_cost, complexity_loss, describe, model_cost, spectral
 from dnarch_deploy import masks as M
-from dnarch_deploy.cost import fft_length
+from dnarch_deploy.cost import architecture_cost, fft_length
 
 from .helpers import set_mask_state, tiny_config, tiny_model
 
@@ -56,6 +56,28 @@ def test_model_cost_at_init_is_base_cost(case, learn):
     )
 
 
+@pytest.mark.parametrize("state", ["init", "random", "extremes", "min"])
+@pytest.mark.parametrize("learn", LEARN)
+@pytest.mark.parametrize("case", CONFIGS.values(), ids=CONFIGS.keys())
+def test_the_search_pays_for_the_network_it_describes(case, learn, state):
+    """model_cost's value == architecture_cost of the frozen architecture (what export builds):
+    the budget constrains the network that runs, not the continuous relaxation."""
+    for seed in range(3):
+        model = tiny_model(seed, learn=learn, **case)
+        set_mask_state(model, state, seed)
+        with torch.no_grad():
+            paid = float(model_cost(model)["total"])
+        assert paid == pytest.approx(architecture_cost(describe(model)), rel=1e-9)
+
+
+def test_cost_gradient_reaches_every_mask():
+    model = tiny_model(0, input_size=(9, 12))
+    set_mask_state(model, "random", 1)
+    model_cost(model)["total"].backward()
+    for p in model.mask_parameters():
+        assert p.grad is not None and bool(p.grad.abs().sum() > 0)
+
+
 def test_fft_length_closed_form():
     assert fft_length([20], [19], (20,)) == 38
     assert fft_length([10], [19], (20,)) == pytest.approx(10 + 9.5 - 1)  # K R / S taps at R
@@ -67,7 +89,9 @@ def test_shrinking_any_mask_lowers_the_cost(mask):
     model = tiny_model(0, input_size=(9, 12))
     with torch.no_grad():
         before = float(model_cost(model)["total"])
-        getattr(model, mask).mul_(0.5) if mask == "mask_sigma" else getattr(model, mask).sub_(0.3)
+        # the depth is paid for by whole blocks: move its edge past one block position
+        shift = 2.0 / (model.config.max_depth - 1) if mask == "mask_depth" else 0.3
+        getattr(model, mask).mul_(0.5) if mask == "mask_sigma" else getattr(model, mask).sub_(shift)
         after = float(model_cost(model)["total"])
     assert after < before
 
@@ -154,22 +178,53 @@ def test_cost_functions_at_the_materialised_sizes_match_flop_counter(case, seed,
     assert total - kernel_net == pytest.approx(expected, rel=1e-9)
 
 
-def test_sizes_in_the_cost_follow_the_masks():
-    """model_cost uses size() of each mask: width per block and column, resolution fraction,
-    kernel extent and the continuous depth weights clamp(size(m_depth) - b, 0, 1)."""
+def test_cost_values_are_the_plan_and_gradients_the_mask_sizes():
+    """Straight-through sizes: each term's value uses what the plan materialises (channels,
+    resolution, kernel taps, whole blocks); its gradient is that of the masks' size()."""
     model = tiny_model(0, input_size=(20,))
     c = model.config
     with torch.no_grad():
-        model.mask_width[0].fill_(M.sigmoid_mu_for_size(3.0, c.tau_width, c.max_width))
-        model.mask_res[0, 0] = M.sigmoid_mu_for_size(0.5, c.tau_resolution, 1)
+        model.mask_width[0].fill_(M.sigmoid_mu_for_size(3.4, c.tau_width, c.max_width))
+        model.mask_res[0, 0] = M.sigmoid_mu_for_size(0.47, c.tau_resolution, 1)
         model.mask_sigma[0, 0] = 0.25 / math.sqrt(-2 * math.log(c.threshold))
         model.mask_depth.fill_(M.sigmoid_mu_for_size(2.5, c.tau_depth, c.max_depth))
-        cost = model_cost(model)
-    block = cost["blocks"][0]
-    assert float(block["linear1"]) == pytest.approx(10 * 3 * 3)  # R = 0.5 * 20, n_in = n_mid = 3
-    n = 10 + 0.25 * 19 * 10 / 20 - 1  # R + K R / S - 1 with K = 0.25 * K_max
-    assert float(block["conv"]) == pytest.approx(3 * n * math.log2(n))
-    assert float(block["norm"]) == pytest.approx(20 * 3)  # the norm runs at the input's length
+    cost = model_cost(model)
+    plan = model.plan()
+    p, block = plan.blocks[0], cost["blocks"][0]
+    r, taps = p.resolution[0], 2 * p.half_taps[0] + 1
+    assert r < 20 and taps < c.max_kernel[0]  # the masks did crop
+    assert float(block["linear1"].detach()) == pytest.approx(r * p.n_in * p.n_mid)
+    n = r + taps - 1  # the linear convolution's FFT length at resolution r
+    assert float(block["conv"].detach()) == pytest.approx(p.n_in * n * math.log2(n))
+    assert float(block["norm"].detach()) == pytest.approx(20 * p.n_in)  # at the input's length
+    # size(m_depth) = 2.5, but only the blocks the plan runs are paid for
+    assert len(plan.blocks) == 2
     torch.testing.assert_close(
-        cost["block_weights"], torch.tensor([1.0, 1.0, 0.5, 0.0], dtype=torch.float64)
+        cost["block_weights"].detach(), torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
     )
+    # d linear1 / d mu_mid = R n_in d size(m_mid) / d mu_mid
+    (grad,) = torch.autograd.grad(block["linear1"], model.mask_width)
+    mu = model.mask_width.detach()[0, 1].clone().requires_grad_()
+    (dsize,) = torch.autograd.grad(M.sigmoid_size(mu, c.tau_width, c.max_width), mu)
+    assert float(grad[0, 1]) == pytest.approx(r * p.n_in * float(dsize), rel=1e-9)
+
+
+def test_depth_cost_is_straight_through():
+    """The cost's value counts the blocks that run; its gradient is the continuous depth's:
+    d C / d mu_depth = (cost of the boundary block) * d size(m_depth) / d mu_depth."""
+    model = tiny_model(0, input_size=(20,))
+    c = model.config
+    with torch.no_grad():
+        model.mask_depth.fill_(M.sigmoid_mu_for_size(2.5, c.tau_depth, c.max_depth))
+    cost = model_cost(model)
+    cost["total"].backward()
+    mu = model.mask_depth.detach().clone().requires_grad_()
+    (dsize,) = torch.autograd.grad(M.sigmoid_size(mu, c.tau_depth, c.max_depth), mu)
+    boundary = float(sum(v.detach() for v in cost["blocks"][2].values()))  # half of it in size()
+    assert float(model.mask_depth.grad) == pytest.approx(boundary * float(dsize), rel=1e-9)
+    with torch.no_grad():  # the value: blocks 0 and 1 only, as in the plan
+        ran = sum(float(sum(b.values())) for b in cost["blocks"][:2])
+        rest = float(cost["total"]) - ran
+        assert rest == pytest.approx(
+            float(sum(cost["encoder"].values()) + sum(cost["decoder"].values())), rel=1e-9
+        )
