@@ -84,6 +84,7 @@ def load_last(run_dir: Path, model, opt, sched) -> dict:
         if torch.cuda.is_available() and state["cuda_rng"]:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         info = {k: state[k] for k in ("epoch", "step", "best", "best_epoch", "wall_seconds")}
+        info["best_fits"] = bool(state.get("best_fits", True))  # runs before the budget rule
     except Exception as e:  # noqa: BLE001 - any failure here means a damaged or foreign file
         raise R.RunError(f"{path}: damaged training state ({type(e).__name__}: {e})") from None
     if isinstance(info["best"], torch.Tensor):

@@ -35,6 +35,11 @@ class SearchConfig:
     # 0.91-0.96 (GunPoint) and 0.78 (OSULeaf); with 5.0 it stays within a few % of 1
     # (benchmarks/results/search_quality.md). Adam normalises step sizes, so the gap is ~1/lambda.
     lam: float = _f(5.0, "lambda: weight of the complexity loss (C/C_target - 1)^2")
+    # The loss keeps the cost near the budget, but a discrete step (a block or a resolution
+    # step entering late, when the learning rate is small) can leave an epoch's network over it.
+    budget_tolerance: float = _f(
+        0.05, "the result is the best validation epoch whose network costs at most (1 + this) x "
+        "C_target; over-budget epochs count only until one within it is seen")
     # --- optimisation (paper appendix E: AdamW, linear warm-up then cosine)
     epochs: int = _f(60, "training epochs")
     batch_size: int = _f(16, "global batch size (split across ranks when distributed)")
@@ -73,6 +78,8 @@ class SearchConfig:
             (self.depth >= 1 and self.width >= 1, "--depth and --width must be >= 1"),
             (self.lr > 0 and self.mask_lr >= 0, "--lr must be > 0 and --mask-lr >= 0"),
             (self.lam >= 0, f"--lam must be >= 0, got {self.lam}"),
+            (self.budget_tolerance >= 0, f"--budget-tolerance must be >= 0, "
+             f"got {self.budget_tolerance}"),
             (0 <= self.dropout < 1, f"--dropout must be in [0, 1), got {self.dropout}"),
             (self.warmup_epochs >= 0, f"--warmup-epochs must be >= 0, got {self.warmup_epochs}"),
             (self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, "

@@ -122,9 +122,12 @@ def complexity_ratio(model: DNArch, target: float) -> float:
     return float(model_cost(model)["total"]) / target
 
 
-def _is_better(value: float, best: float | None, higher: bool) -> bool:
-    if best is None:
-        return True
+def _is_better(value: float, fits: bool, best: float | None, best_fits: bool,
+               higher: bool) -> bool:
+    """Is this epoch the new result? An epoch whose network fits the budget beats one that does
+    not; among equals the better validation metric wins (ties: the later epoch)."""
+    if best is None or fits != best_fits:
+        return best is None or fits
     return value >= best if higher else value <= best
 
 
@@ -160,11 +163,12 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False) -> dict:
 
     opt = make_optimizer(model, cfg)
     sched = make_scheduler(opt, cfg, steps_per_epoch)
-    start_epoch, step, best, best_epoch, wall = 0, 0, None, -1, 0.0
+    start_epoch, step, best, best_epoch, best_fits, wall = 0, 0, None, -1, False, 0.0
     if resume:
         state = checkpoint.load_last(run_dir, model, opt, sched)
         start_epoch, step = state["epoch"] + 1, state["step"]
         best, best_epoch, wall = state["best"], state["best_epoch"], state["wall_seconds"]
+        best_fits = state["best_fits"]
         if is_writer:
             checkpoint.truncate_records(run_dir, state["epoch"])
     higher = task.higher_is_better
@@ -222,15 +226,16 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False) -> dict:
                  "loss_obj": val_loss, "complexity_ratio": ratio_now, task.metric_name: metric,
                  "metric": metric, "seconds": wall},
             ]
-            if _is_better(metric, best, higher):
-                best, best_epoch = metric, epoch
+            fits = ratio_now <= 1.0 + cfg.budget_tolerance
+            if _is_better(metric, fits, best, best_fits, higher):
+                best, best_epoch, best_fits = metric, epoch, fits
                 checkpoint.save_weights(model, run_dir / R.BEST_WEIGHTS)
             for row in rows:
                 append_jsonl(run_dir / R.METRICS, row)
             append_jsonl(run_dir / R.ARCHITECTURES, arch.to_dict())
             checkpoint.save_last(run_dir, model, opt, sched, {
                 "epoch": epoch, "step": step, "best": best, "best_epoch": best_epoch,
-                "wall_seconds": wall})
+                "best_fits": best_fits, "wall_seconds": wall})
             bar.set_postfix(loss=f"{train_row['loss']:.3f}", val=f"{metric:.3f}",
                             ratio=f"{ratio_now:.3f}")
         distributed.barrier(world)
@@ -238,13 +243,13 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False) -> dict:
 
     summary = None
     if is_writer:
-        summary = finish(cfg, run_dir, task, model, test_set, target, best_epoch, wall)
+        summary = finish(cfg, run_dir, task, model, test_set, target, best_epoch, best_fits, wall)
     distributed.barrier(world)
     return summary
 
 
 def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: float,
-           best_epoch: int, wall: float) -> dict:
+           best_epoch: int, within_budget: bool, wall: float) -> dict:
     """Evaluate the best validation epoch on the test split; write architecture.json and
     summary.json (the run's result: weights, architecture and metrics of that epoch)."""
     checkpoint.load_weights_into(model, run_dir / R.BEST_WEIGHTS)
@@ -256,6 +261,7 @@ def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: f
         "task": cfg.task, "learn": model.config.learn, "metric_name": task.metric_name,
         "test_metric": test_metric, "test_loss": test_loss, "best_epoch": best_epoch,
         "complexity_ratio": ratio, "budget": cfg.budget, "target_macs": target,
+        "within_budget": within_budget,
         "params": architecture_params(arch), "search_params": sum(
             p.numel() for p in model.parameters()),
         "macs": architecture_cost(arch), "wall_seconds": wall, "epochs": cfg.epochs,

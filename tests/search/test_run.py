@@ -12,6 +12,7 @@ from dnarch_deploy import Architecture
 from dnarch_deploy import rundir as R
 from dnarch_deploy.cost import architecture_cost
 from search.config import SearchConfig, build_parser
+from search.train import _is_better
 
 from .conftest import TINY, run_search
 
@@ -42,6 +43,30 @@ def test_metrics_and_snapshots_one_per_epoch(tiny_run):
     snapshots = R.read_architectures(tiny_run)
     assert [a.epoch for a in snapshots] == [0, 1, 2]
     assert all(isinstance(a, Architecture) for a in snapshots)
+
+
+def test_result_is_the_best_epoch_within_the_budget(tiny_run):
+    """summary.json reports the best validation epoch among those whose network costs at most
+    (1 + budget_tolerance) C_target (all epochs if none does); ties go to the later epoch."""
+    tol = R.read_config(tiny_run)["train"]["budget_tolerance"]
+    val = [r for r in R.read_jsonl(tiny_run / R.METRICS) if r["split"] == "val"]
+    fits = [r for r in val if r["complexity_ratio"] <= 1 + tol]
+    expected = max(fits or val, key=lambda r: (r["metric"], r["epoch"]))
+    summary = R.read_summary(tiny_run)
+    assert summary["best_epoch"] == expected["epoch"]
+    assert summary["within_budget"] == bool(fits)
+
+
+def test_an_epoch_within_the_budget_beats_any_over_it():
+    higher = True
+    assert _is_better(0.5, True, None, False, higher)  # the first epoch is always a result
+    assert _is_better(0.5, False, None, False, higher)
+    assert _is_better(0.5, True, 0.9, False, higher)  # fits beats a better one over budget
+    assert not _is_better(0.99, False, 0.5, True, higher)  # over budget never replaces a fit
+    assert _is_better(0.9, False, 0.5, False, higher)  # both over: the metric decides
+    assert _is_better(0.5, True, 0.5, True, higher)  # tie: the later epoch
+    assert not _is_better(0.4, True, 0.5, True, higher)
+    assert _is_better(0.1, True, 0.2, True, False)  # lower is better (rel_l2)
 
 
 def test_checkpoints_load_with_weights_only(tiny_run):
@@ -82,6 +107,7 @@ def test_bad_input_gives_one_clear_message(tmp_path):
         (["--device", "cuda"] if not torch.cuda.is_available() else ["--device", "tpu"],
          "--device"),
         (["--task-option", "oops"], "--task-option"),
+        (["--budget-tolerance", "-0.1"], "--budget-tolerance"),
     ]
     for args, needle in cases:
         out = tmp_path / "never"
