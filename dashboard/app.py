@@ -167,6 +167,10 @@ def training_view(run: Path, key: str, wide: bool) -> None:
                    f"complexity ratio {summary['complexity_ratio']:.4g}, "
                    f"{summary['params']:,} parameters, {summary['macs']:,.0f} MACs, "
                    f"{summary['wall_seconds']:.1f} s")
+        if summary.get("within_budget") is False:
+            st.warning(f"No epoch's network fit the budget (C/C_target at most 1 + "
+                       f"budget_tolerance); the result is the best over it, epoch "
+                       f"{summary['best_epoch']}.")
     chart_grid([(figures.loss_figure(metrics), f"{key}-loss"),
                 (figures.metric_figure(metrics, name), f"{key}-metric"),
                 (figures.complexity_figure(metrics), f"{key}-complexity")], wide)
