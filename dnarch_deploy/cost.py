@@ -123,8 +123,9 @@ def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
     def realised(soft: Tensor, hard_of) -> Tensor:
         """Per block (rows of ``soft``): the plan's value for blocks that run, else soft's."""
         hard = soft.detach().clone()
-        for b, p in ran.items():
-            hard[b] = torch.tensor(hard_of(p), dtype=soft.dtype, device=soft.device)
+        rows = list(ran)
+        hard[rows] = torch.tensor([hard_of(ran[b]) for b in rows], dtype=soft.dtype,
+                                  device=soft.device)
         return _straight_through(soft, hard)
 
     if c.learns("D"):
