@@ -20,6 +20,7 @@ mask values (folded into weights), the input normalisation and the global poolin
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -50,7 +51,7 @@ def pointwise_cost(length: Size, channels: Size) -> Size:
     return length * channels
 
 
-def fft_length(resolution: list[Size], kernel: list[Size], size: tuple[int, ...]) -> Size:
+def fft_length(resolution: Sequence[Size], kernel: Sequence[Size], size: tuple[int, ...]) -> Size:
     """N = prod_a (R_a + K_a R_a / S_a - 1): the FFT size of a linear convolution at resolution R
     of a kernel spanning K_a input samples (K_a R_a / S_a taps at that resolution)."""
     return math.prod(r + k * r / s - 1.0 for r, k, s in zip(resolution, kernel, size))
@@ -109,7 +110,8 @@ def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
     but not run.)
 
     ``plan``: the step's plan, if already drawn (saves drawing it again). Returns ``{"total":
-    Tensor, "encoder": dict, "blocks": [dict], "block_weights": Tensor, "decoder": dict}``.
+    Tensor, "encoder": dict, "blocks": dict, "block_weights": Tensor, "decoder": dict}``; the
+    blocks' terms are (max_depth,) tensors, one entry per block (weighted by ``block_weights``).
     """
     c = model.config
     ref = model.enc_w
@@ -161,22 +163,19 @@ def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
     # taps at the block's resolution R span taps * S / R input samples
     kernel = realised(kernel, lambda p: [
         (2 * h + 1) * s / r for h, s, r in zip(p.half_taps, c.input_size, p.resolution)])
-    blocks = [
-        block_cost(
-            length,
-            resolution[b],
-            *widths[b],
-            fft_size=fft_length(list(res_axes[b]), list(kernel[b]), c.input_size),
-        )
-        for b in range(D)
-    ]
+    # every block at once: each term is a (D,) tensor, so the step's graph does not grow with D
+    blocks = block_cost(
+        length,
+        resolution,
+        *widths.unbind(-1),
+        fft_size=fft_length(res_axes.unbind(-1), kernel.unbind(-1), c.input_size),
+    )
     # the stream is as wide as the widest channel a block in use reads or writes
     used = (weights > 0).nonzero().flatten()
     stream = widths[used][:, [0, 2]].max() if c.learns("W") and used.numel() else float(H)
     enc = encoder_cost(length, c.in_channels, stream)
     dec = decoder_cost(length, stream, c.out_channels, c.dense)
-    total = sum(enc.values()) + sum(dec.values())
-    total = total + sum(w * sum(terms.values()) for w, terms in zip(weights, blocks))
+    total = sum(enc.values()) + sum(dec.values()) + (weights * sum(blocks.values())).sum()
     return {
         "total": total,
         "encoder": enc,

@@ -109,7 +109,9 @@ class BlockPlan:
     m_in: Tensor | None = None  # (n_in,) width mask values, None when width is fixed
     m_mid: Tensor | None = None
     m_out: Tensor | None = None
-    m_res: tuple[Tensor, ...] | None = None  # per axis, values on the kept frequency bins
+    # per axis, the resolution mask on the kept frequency bins; None on an axis it does not crop,
+    # and None for the block when it crops no axis (the block then computes at full resolution)
+    m_res: tuple[Tensor | None, ...] | None = None
     sigma: Tensor | None = None  # (axes,) Gaussian kernel-mask widths, None when K is fixed
 
 
@@ -207,7 +209,8 @@ class Block(nn.Module):
         z = self.norm(x[:, : p.n_in], p.m_in)  # (B, n_in, *S)
         if p.m_res is not None:
             for axis, (r, m) in enumerate(zip(p.resolution, p.m_res)):
-                z = resample(z, r, dim=2 + axis, mask=m)  # (B, n_in, *R)
+                if m is not None:
+                    z = resample(z, r, dim=2 + axis, mask=m)  # (B, n_in, *R)
         z = fft_conv(z, kernel)  # (B, n_in, *R)
         w1, b1 = self.w1[: p.n_mid, : p.n_in], self.b1[: p.n_mid]
         if p.m_mid is not None:
@@ -302,62 +305,65 @@ class DNArch(nn.Module):
         ``full=True`` is the reference computation: every channel, block and kernel tap at its
         maximum, with the mask values (zero outside the support) multiplied in. The resolution is
         the same as in the sliced computation: there, cropping *is* the model.
+
+        Each kind of mask is evaluated for all blocks at once (one tensor op, one host sync for
+        its supports), so the training step's graph does not grow with the number of masks.
         """
         c = self.config
         H, D, T = c.max_width, c.max_depth, c.threshold
-        depth, weights = D, None
+        depth, depth_weights = D, [None] * D
         if c.learns("D"):
-            grid = M.grid(D, self.mask_depth.device, self.mask_depth.dtype)
-            weights = M.sigmoid_mask(grid, self.mask_depth, c.tau_depth, T)
-            x_t = M.sigmoid_inverse(self.mask_depth, c.tau_depth, T).detach().item()
+            mu = self.mask_depth
+            x_t = M.sigmoid_inverse(mu, c.tau_depth, T).item()
             depth = M.sigmoid_count(x_t, D)
-        stream = 1 if c.learns("W") else H  # widest channel read or written by a block in use
+            positions = M.grid(D, mu.device, mu.dtype)
+            depth_weights = M.sigmoid_mask(positions, mu, c.tau_depth, T).unbind(0)
+        widths, width_masks = [(H, H, H)] * D, [(None, None, None)] * D
+        if c.learns("W"):  # columns of mask_width: n_in, n_mid, n_out
+            mu = self.mask_width
+            x_t = M.sigmoid_inverse(mu, c.tau_width, T).detach().tolist()
+            widths = [tuple(M.sigmoid_count(x, H) for x in row) for row in x_t]
+            positions = M.grid(H, mu.device, mu.dtype)
+            values = M.sigmoid_mask(positions, mu[..., None], c.tau_width, T)  # (D, 3, H)
+            width_masks = [row.unbind(0) for row in values.unbind(0)]
+        resolutions, res_masks = self._resolutions()
+        x_k, sigmas = [[1.0] * len(c.input_size)] * D, [None] * D
+        if c.learns("K"):
+            x_k = M.gaussian_inverse(self.mask_sigma, T).detach().tolist()
+            sigmas = self.mask_sigma.unbind(0)
+        # the stream is as wide as the widest channel read or written by a block in use
+        stream = max(max(w[0], w[2]) for w in widths[:depth]) if c.learns("W") else H
         blocks = []
         for b in range(D if full else depth):
-            n_in = n_mid = n_out = H
-            m_in = m_mid = m_out = None
-            if c.learns("W"):
-                mu = self.mask_width[b]
-                x_t = M.sigmoid_inverse(mu, c.tau_width, T).detach().tolist()
-                n_in, n_mid, n_out = (M.sigmoid_count(x, H) for x in x_t)
-                if b < depth:
-                    stream = max(stream, n_in, n_out)
-                pos = M.grid(H, mu.device, mu.dtype)
-                m_in, m_mid, m_out = (M.sigmoid_mask(pos, mu[i], c.tau_width, T) for i in range(3))
-                if full:
-                    n_in = n_mid = n_out = H
-                else:
-                    m_in, m_mid, m_out = m_in[:n_in], m_mid[:n_mid], m_out[:n_out]
-            resolution, m_res = c.input_size, None
-            if c.learns("R"):
-                resolution, m_res = self._resolution(b)
-            x_k, sigma = [1.0] * len(c.input_size), None
-            if c.learns("K"):
-                sigma = self.mask_sigma[b]
-                x_k = M.gaussian_inverse(sigma, T).detach().tolist()
+            sizes, masks = widths[b], width_masks[b]
+            if full:
+                sizes = (H, H, H)
+            elif masks[0] is not None:
+                masks = tuple(m[:n] for m, n in zip(masks, sizes))
+            resolution = resolutions[b]
             scales = [r / s for r, s in zip(resolution, c.input_size)]
             half = tuple(
                 min(M.gaussian_half_taps(1.0 if full else x, k, sc), (r - 1) // 2)
-                for x, k, sc, r in zip(x_k, c.max_kernel, scales, resolution)
+                for x, k, sc, r in zip(x_k[b], c.max_kernel, scales, resolution)
             )
             kernel_size = tuple(
-                2 * M.gaussian_half_taps(x, k) + 1 for x, k in zip(x_k, c.max_kernel)
+                2 * M.gaussian_half_taps(x, k) + 1 for x, k in zip(x_k[b], c.max_kernel)
             )
             blocks.append(
                 BlockPlan(
                     index=b,
-                    n_in=n_in,
-                    n_mid=n_mid,
-                    n_out=n_out,
-                    resolution=tuple(resolution),
+                    n_in=sizes[0],
+                    n_mid=sizes[1],
+                    n_out=sizes[2],
+                    resolution=resolution,
                     half_taps=half,
                     kernel_size=kernel_size,
-                    depth_weight=None if weights is None else weights[b],
-                    m_in=m_in,
-                    m_mid=m_mid,
-                    m_out=m_out,
-                    m_res=m_res,
-                    sigma=sigma,
+                    depth_weight=depth_weights[b],
+                    m_in=masks[0],
+                    m_mid=masks[1],
+                    m_out=masks[2],
+                    m_res=res_masks[b],
+                    sigma=sigmas[b],
                 )
             )
         if full and c.learns("W"):
@@ -365,17 +371,39 @@ class DNArch(nn.Module):
             return Plan(stream=H, blocks=blocks, stream_mask=stream_mask)
         return Plan(stream=stream, blocks=blocks)
 
-    def _resolution(self, b: int) -> tuple[tuple[int, ...], tuple[Tensor, ...]]:
+    def _resolutions(self) -> tuple[list[tuple[int, ...]], list[tuple[Tensor | None, ...] | None]]:
+        """Per block: the resolution R (per axis) and the resolution mask's values on the
+        R // 2 + 1 bins of each axis it crops (zero past its support).
+
+        An axis whose mask support holds every bin is neither filtered nor resampled: the block
+        computes there at full resolution, exactly like the base network (a block at full
+        resolution costs no extra FFTs, and exports without a spectral filter). The resolution
+        mask acts, and the task loss sees it, from the first cropped bin on.
+        """
         c = self.config
-        sizes, values = [], []
+        D, axes = c.max_depth, len(c.input_size)
+        if not c.learns("R"):
+            return [c.input_size] * D, [None] * D
+        mu = self.mask_res  # (D, axes)
+        x_t = M.sigmoid_inverse(mu, c.tau_resolution, c.threshold).detach().tolist()
+        sizes = [list(c.input_size) for _ in range(D)]
+        masks = [[None] * axes for _ in range(D)]
         for axis, n in enumerate(c.input_size):
-            mu = self.mask_res[b, axis]
-            x_t = M.sigmoid_inverse(mu, c.tau_resolution, c.threshold).detach().item()
-            pos = frequency_positions(n, device=mu.device, dtype=mu.dtype)
-            r = resolution_for_bins(M.sigmoid_count(x_t, pos.numel()), n)
-            sizes.append(r)  # the bins past the support (up to r // 2) get mask values of 0
-            values.append(M.sigmoid_mask(pos, mu, c.tau_resolution, c.threshold)[: r // 2 + 1])
-        return tuple(sizes), tuple(values)
+            positions = frequency_positions(n, device=mu.device, dtype=mu.dtype)
+            values = None
+            for b in range(D):
+                bins = M.sigmoid_count(x_t[b][axis], positions.numel())
+                if bins == positions.numel():
+                    continue
+                if values is None:  # (D, n // 2 + 1), once per axis
+                    values = M.sigmoid_mask(positions, mu[:, axis, None], c.tau_resolution,
+                                            c.threshold)
+                r = sizes[b][axis] = resolution_for_bins(bins, n)
+                masks[b][axis] = values[b, : r // 2 + 1]  # bins past the support (to r // 2): 0
+        return (
+            [tuple(r) for r in sizes],
+            [None if all(m is None for m in row) else tuple(row) for row in masks],
+        )
 
     # --- kernels -------------------------------------------------------------------------------
 

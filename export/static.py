@@ -230,8 +230,8 @@ def _block(model: DNArch, p, kernel: Tensor, stream: int) -> StaticBlock:
     size, dims = c.input_size, range(-len(c.input_size), 0)
     a, sh = norm_affine(blk.norm, p.n_in, p.m_in)
     down = []
-    if p.m_res is not None:  # with a mask it acts even at r == S: a circular spectral filter
-        down = [Resample(r, d, m) for r, d, m in zip(p.resolution, dims, p.m_res)]
+    if p.m_res is not None:  # on each axis the mask crops (on a fast length, even at r == S)
+        down = [Resample(r, d, m) for r, d, m in zip(p.resolution, dims, p.m_res) if m is not None]
     up = [Resample(n, d) for n, r, d in zip(size, p.resolution, dims) if r != n]
     # the BatchNorm shift carried through down and conv: c * conv(down(1)), (n_in, *R)
     ones = torch.ones(1, p.n_in, *size, dtype=torch.float64)

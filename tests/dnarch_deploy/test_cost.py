@@ -118,10 +118,8 @@ def counted_macs(model, x) -> tuple[float, float]:
 
 
 def linear_terms(cost: dict) -> float:
-    blocks = sum(
-        w * (terms["linear1"] + terms["linear2"])
-        for w, terms in zip(cost["block_weights"], cost["blocks"])
-    )
+    terms = cost["blocks"]
+    blocks = (cost["block_weights"] * (terms["linear1"] + terms["linear2"])).sum()
     return float(cost["encoder"]["linear"] + blocks + cost["decoder"]["linear"])
 
 
@@ -190,7 +188,7 @@ def test_cost_values_are_the_plan_and_gradients_the_mask_sizes():
         model.mask_depth.fill_(M.sigmoid_mu_for_size(2.5, c.tau_depth, c.max_depth))
     cost = model_cost(model)
     plan = model.plan()
-    p, block = plan.blocks[0], cost["blocks"][0]
+    p, block = plan.blocks[0], {term: v[0] for term, v in cost["blocks"].items()}
     r, taps = p.resolution[0], 2 * p.half_taps[0] + 1
     assert r < 20 and taps < c.max_kernel[0]  # the masks did crop
     assert float(block["linear1"].detach()) == pytest.approx(r * p.n_in * p.n_mid)
@@ -220,10 +218,11 @@ def test_depth_cost_is_straight_through():
     cost["total"].backward()
     mu = model.mask_depth.detach().clone().requires_grad_()
     (dsize,) = torch.autograd.grad(M.sigmoid_size(mu, c.tau_depth, c.max_depth), mu)
-    boundary = float(sum(v.detach() for v in cost["blocks"][2].values()))  # half of it in size()
+    per_block = sum(cost["blocks"].values()).detach()
+    boundary = float(per_block[2])  # half of it in size()
     assert float(model.mask_depth.grad) == pytest.approx(boundary * float(dsize), rel=1e-9)
     with torch.no_grad():  # the value: blocks 0 and 1 only, as in the plan
-        ran = sum(float(sum(b.values())) for b in cost["blocks"][:2])
+        ran = float(per_block[:2].sum())
         rest = float(cost["total"]) - ran
         assert rest == pytest.approx(
             float(sum(cost["encoder"].values()) + sum(cost["decoder"].values())), rel=1e-9

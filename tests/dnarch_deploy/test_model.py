@@ -118,19 +118,27 @@ def test_masks_start_at_the_base_size(case):
 def test_resolution_plan_keeps_exactly_the_mask_support(state):
     """Each block computes at a length R that holds every bin where the resolution mask is
     non-zero; the mask values handed to the resampler cover R // 2 + 1 bins and are zero past the
-    support."""
+    support. An axis whose support holds every bin is not filtered (no mask values, R = S)."""
+    cropped = uncropped = 0
     for seed in range(4):
         model = tiny_model(seed, input_size=(150, 9))
         set_mask_state(model, state, seed)
         c = model.config
         for b, p in enumerate(model.plan().blocks):
-            for axis, (n, r, m) in enumerate(zip(c.input_size, p.resolution, p.m_res)):
+            m_res = p.m_res or (None,) * len(c.input_size)
+            for axis, (n, r, m) in enumerate(zip(c.input_size, p.resolution, m_res)):
                 mu = model.mask_res[b, axis]
                 full = M.sigmoid_mask(frequency_positions(n, dtype=F64), mu, c.tau_resolution)
                 support = int((full > 0).sum())
-                assert r <= n and m.numel() == r // 2 + 1 >= support
+                if m is None:
+                    assert r == n and support == n // 2 + 1
+                    uncropped += 1
+                    continue
+                cropped += 1
+                assert r <= n and m.numel() == r // 2 + 1 >= support and support < n // 2 + 1
                 torch.testing.assert_close(m[:support], full[:support], rtol=0, atol=0)
                 assert (m[support:] == 0).all() and (full[support:] == 0).all()
+    assert cropped if state != "init" else uncropped and not cropped
 
 
 @pytest.mark.parametrize("loss", ["task", "complexity"])
@@ -138,11 +146,16 @@ def test_resolution_plan_keeps_exactly_the_mask_support(state):
 def test_gradients_reach_every_mask_parameter(case, loss):
     """From the task loss alone and from L_comp alone, every entry of mask_sigma, mask_res,
     mask_width and mask_depth gets a non-zero gradient (depth mask at its maximum, so that every
-    block is in use; a block outside the depth support is not computed and costs nothing)."""
+    block is in use; a block outside the depth support is not computed and costs nothing; every
+    resolution mask crops, since an axis kept whole is not filtered)."""
     model = tiny_model(1, **case)
+    c = model.config
     with torch.no_grad():
-        model.mask_depth.fill_(M.sigmoid_mu_range(model.config.tau_depth)[1])
-    assert len(model.plan().blocks) == model.config.max_depth
+        model.mask_depth.fill_(M.sigmoid_mu_range(c.tau_depth)[1])
+        model.mask_res.fill_(M.sigmoid_mu_for_size(0.6, c.tau_resolution, 1))
+    plan = model.plan()
+    assert len(plan.blocks) == c.max_depth
+    assert all(m is not None for p in plan.blocks for m in p.m_res)
     if loss == "task":
         out = model(inputs(model))
         value = out.square().mean()
@@ -152,6 +165,23 @@ def test_gradients_reach_every_mask_parameter(case, loss):
     params = [getattr(model, n) for n in names]
     for name, g in zip(names, torch.autograd.grad(value, params)):
         assert g.isfinite().all() and (g != 0).all(), (name, g)
+
+
+@pytest.mark.parametrize("case", [dict(input_size=(150,)), dict(input_size=(7, 8), dense=True)])
+def test_uncropped_resolution_mask_leaves_the_block_at_full_resolution(case):
+    """At initialisation the resolution masks' supports hold every frequency bin: DNArch(K,R)
+    then computes exactly DNArch(K) with the same weights (no spectral filter, no resampling),
+    and the task loss gives the resolution mask no gradient until it crops a bin."""
+    with_r = tiny_model(3, learn="KR", **case)
+    without_r = tiny_model(3, learn="K", **case)
+    state = {k: v for k, v in with_r.state_dict().items() if k != "mask_res"}
+    without_r.load_state_dict(state)
+    x = inputs(with_r)
+    assert all(p.m_res is None for p in with_r.plan().blocks)
+    out = with_r(x)
+    assert torch.equal(out, without_r(x))
+    (g,) = torch.autograd.grad(out.square().mean(), with_r.mask_res, allow_unused=True)
+    assert g is None
 
 
 def test_blocks_outside_the_depth_support_get_no_gradient():

@@ -97,7 +97,11 @@ def test_materialize_needs_calibrated_norms():
 def test_resampling_lowered_to_one_matmul_per_axis():
     model = random_model(32)  # 2-D, resolution learned
     static = materialize(model, freeze(model))
+    plan = freeze(model).plan
     lowered = lower(static, ["direct"] * len(static.blocks))
-    for block in lowered.blocks:
+    for p, block in zip(plan.blocks, lowered.blocks):
         assert all(isinstance(m, AxisMatMul) for m in [*block.down, *block.up])
-        assert len(block.down) in (0, 2) and len(block.up) <= 2
+        cropped = [m is not None for m in p.m_res or ()]
+        assert len(block.down) == sum(cropped)  # one MatMul per axis the resolution mask crops
+        assert len(block.up) == sum(r != n for r, n in zip(p.resolution, model.config.input_size))
+    assert any(len(block.down) for block in lowered.blocks)
