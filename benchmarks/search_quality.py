@@ -232,6 +232,13 @@ def code_state() -> str:
     return f"git HEAD {head}; sha256 of dnarch_deploy/ and search/ *.py {digest.hexdigest()[:12]}"
 
 
+def code_line(invocations: list[dict]) -> str:
+    """The code the reported runs were trained with (recorded when each invocation started; the
+    code at the time of writing the table when an older timings file has no record)."""
+    states = list(dict.fromkeys(i.get("code") or code_state() for i in invocations))
+    return "; ".join(states) if states else code_state()
+
+
 def fmt(values: list[float], digits: int = 3) -> str:
     if not values:
         return "–"
@@ -320,7 +327,7 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
         + (" (**--quick: 2 epochs, 1 seed**)" if args.quick else "")
         + (f"; **every run also** `{args.extra}`" if args.extra else "") + ".  ",
         f"Defaults in effect: {in_effect}.  ",
-        f"Code: {code_state()}.",
+        f"Code: {code_line(trained)}.",
         "",
         "| task | `--task` | extra flags | what is CPU-scale |",
         "|---|---|---|---|",
@@ -396,7 +403,8 @@ def main() -> int:
     if "runs" not in timings:  # an older flat {run: seconds} file
         timings = {"runs": timings, "invocations": []}
     invocation = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
-                  "seconds": 0.0, "trained": 0}  # updated after every run: a crash keeps it
+                  "seconds": 0.0, "trained": 0,  # updated after every run: a crash keeps it
+                  "code": code_state()}  # at the start: the code the runs load
     timings["invocations"].append(invocation)
     session: dict[str, float] = {}
     results, failed = {}, {}

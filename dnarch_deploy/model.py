@@ -2,7 +2,8 @@
 
     x (B, C_in, *S) --normalise--> Encoder: pointwise C_in -> stream, BatchNorm, GELU
       --> blocks b = 0 .. depth-1, each:
-            stream[:, :n_in] -> BatchNorm * m_in -> downsample to R (resolution mask on spectrum)
+            stream[:, :n_in] -> BatchNorm * m_in -> downsample to R (resolution mask on the spectrum
+              of each axis it crops; an axis it does not crop stays untouched at full length)
             -> depthwise conv with kernel K (from the shared KernelNet, Gaussian mask)
             -> pointwise n_in -> n_mid, * m_mid -> GELU -> dropout
             -> pointwise n_mid -> n_out, * m_out * depth weight -> upsample to S
