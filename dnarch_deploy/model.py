@@ -148,11 +148,14 @@ class Norm(nn.Module):
         self.register_buffer("calibrated", torch.tensor(False))
         self.sync = False  # all-reduce batch statistics across ranks (distributed search)
 
-    def forward(self, x: Tensor, scale: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, *, weight: Tensor | None = None,
+                bias: Tensor | None = None) -> Tensor:
+        """``weight``, ``bias``: the affine part to use instead of the module's first n (a block
+        passes its own with the width mask folded in; keyword-only, so that forward hooks see
+        the input alone)."""
         n = x.shape[1]
-        weight, bias = self.weight[:n], self.bias[:n]
-        if scale is not None:  # a mask value right after the norm folds into its affine part
-            weight, bias = weight * scale, bias * scale
+        if weight is None:
+            weight, bias = self.weight[:n], self.bias[:n]
         population = bool(self.calibrated) and not self.training
         if self.training and self.sync and dist.is_available() and dist.is_initialized():
             return _synced_batch_norm(x, weight, bias, self.eps)
@@ -207,26 +210,76 @@ class Block(nn.Module):
 
     def forward(self, x: Tensor, p: BlockPlan, kernel: Tensor) -> Tensor:
         size = x.shape[2:]
-        z = self.norm(x[:, : p.n_in], p.m_in)  # (B, n_in, *S)
+        norm_w, norm_b, w1, b1, w2, b2 = self.folded(p)
+        z = x[:, : p.n_in]
+        if p.n_in < x.shape[1]:  # BatchNorm's backward is several times slower on a strided view
+            z = z.contiguous()
+        z = self.norm(z, weight=norm_w, bias=norm_b)  # (B, n_in, *S)
         if p.m_res is not None:
             for axis, (r, m) in enumerate(zip(p.resolution, p.m_res)):
                 if m is not None:
                     z = resample(z, r, dim=2 + axis, mask=m)  # (B, n_in, *R)
         z = fft_conv(z, kernel)  # (B, n_in, *R)
-        w1, b1 = self.w1[: p.n_mid, : p.n_in], self.b1[: p.n_mid]
-        if p.m_mid is not None:
-            w1, b1 = w1 * p.m_mid[:, None], b1 * p.m_mid
         z = F.dropout(F.gelu(_pointwise(z, w1, b1)), self.dropout, self.training)  # (B, n_mid, *R)
-        w2, b2 = self.w2[: p.n_out, : p.n_mid], self.b2[: p.n_out]
-        scale = _product(p.m_out, p.depth_weight)
-        if scale is not None:
-            w2, b2 = w2 * scale.reshape(-1, 1), b2 * scale
         z = _pointwise(z, w2, b2)  # (B, n_out, *R)
         for axis, s in enumerate(size):
             z = resample(z, s, dim=2 + axis)  # (B, n_out, *S)
-        if p.n_out == x.shape[1]:
-            return x + z
-        return torch.cat([x[:, : p.n_out] + z, x[:, p.n_out :]], dim=1)
+        if p.n_out < x.shape[1]:  # the branch writes the first n_out channels of the stream
+            z = F.pad(z, (0, 0) * len(size) + (0, x.shape[1] - p.n_out))
+        return x + z
+
+    def folded(self, p: BlockPlan) -> tuple[Tensor, ...]:
+        """(norm weight, norm bias, w1, b1, w2, b2) sliced to the plan's sizes, with the width
+        masks and the depth weight multiplied in: m_in into the norm's affine part, m_mid into
+        the rows of w1, m_out * depth weight into the rows of w2."""
+        out_scale = _product(p.m_out, p.depth_weight)
+        if p.m_in is not None:
+            return _FoldWidthMasks.apply(self.norm.weight, self.norm.bias, self.w1, self.b1,
+                                         self.w2, self.b2, p.m_in, p.m_mid, out_scale)
+        w2, b2 = self.w2[: p.n_out, : p.n_mid], self.b2[: p.n_out]
+        if out_scale is not None:
+            w2, b2 = w2 * out_scale.reshape(-1, 1), b2 * out_scale
+        return (self.norm.weight[: p.n_in], self.norm.bias[: p.n_in],
+                self.w1[: p.n_mid, : p.n_in], self.b1[: p.n_mid], w2, b2)
+
+
+class _FoldWidthMasks(torch.autograd.Function):
+    """:meth:`Block.folded` with width masks, as one autograd node.
+
+    Slicing six parameters and multiplying three masks in costs ~20 tiny autograd nodes per block;
+    on CPU their fixed per-node cost was ~5% of a small network's training step. The gradients
+    are those of the slices and products written out: the parameters' are zero past the slice.
+    """
+
+    @staticmethod
+    def forward(ctx, norm_w, norm_b, w1, b1, w2, b2, m_in, m_mid, m_out):
+        n_in, n_mid, n_out = m_in.numel(), m_mid.numel(), m_out.numel()
+        ctx.save_for_backward(norm_w, norm_b, w1, b1, w2, b2, m_in, m_mid, m_out)
+        return (norm_w[:n_in] * m_in, norm_b[:n_in] * m_in,
+                w1[:n_mid, :n_in] * m_mid[:, None], b1[:n_mid] * m_mid,
+                w2[:n_out, :n_mid] * m_out[:, None], b2[:n_out] * m_out)
+
+    @staticmethod
+    def backward(ctx, g_norm_w, g_norm_b, g_w1, g_b1, g_w2, g_b2):
+        norm_w, norm_b, w1, b1, w2, b2, m_in, m_mid, m_out = ctx.saved_tensors
+        n_in, n_mid, n_out = m_in.numel(), m_mid.numel(), m_out.numel()
+
+        def padded(grad: Tensor, like: Tensor) -> Tensor:  # the gradient of a leading slice
+            full = like.new_zeros(like.shape)
+            full[tuple(slice(0, n) for n in grad.shape)] = grad
+            return full
+
+        return (
+            padded(g_norm_w * m_in, norm_w),
+            padded(g_norm_b * m_in, norm_b),
+            padded(g_w1 * m_mid[:, None], w1),
+            padded(g_b1 * m_mid, b1),
+            padded(g_w2 * m_out[:, None], w2),
+            padded(g_b2 * m_out, b2),
+            g_norm_w * norm_w[:n_in] + g_norm_b * norm_b[:n_in],
+            (g_w1 * w1[:n_mid, :n_in]).sum(1) + g_b1 * b1[:n_mid],
+            (g_w2 * w2[:n_out, :n_mid]).sum(1) + g_b2 * b2[:n_out],
+        )
 
 
 def _product(a: Tensor | None, b: Tensor | None) -> Tensor | None:
@@ -409,7 +462,8 @@ class DNArch(nn.Module):
     # --- kernels -------------------------------------------------------------------------------
 
     def kernels(self, plan: Plan) -> list[Tensor]:
-        """Sample every block's kernel (n_in, *taps) in one pass of the shared kernel network."""
+        """Sample every block's kernel (n_in, *taps) in one pass of the shared kernel network,
+        and (when K is learned) evaluate every block's Gaussian mask in one pass too."""
         c = self.config
         if not plan.blocks:
             return []
@@ -421,22 +475,23 @@ class DNArch(nn.Module):
                 step = 2.0 / max(k - 1, 1) * (s / r)  # tap spacing in kernel coordinates
                 axes.append(torch.arange(-h, h + 1, device=ref.device, dtype=ref.dtype) * step)
             mesh = torch.meshgrid(*axes, indexing="ij")
-            grids.append(axes)
+            grids.append([a.numel() for a in axes])
             coords.append(torch.stack([m.reshape(-1) for m in mesh], dim=-1))
-        hidden = self.kernel_net.features(torch.cat(coords).to(self.enc_w.dtype))
+        points = torch.cat(coords)  # (P, axes): every block's taps, one after the other
+        hidden = self.kernel_net.features(points)
+        masks = None
+        if plan.blocks[0].sigma is not None:  # the Gaussian mask, a product over axes, per tap
+            counts = torch.tensor([xy.shape[0] for xy in coords], device=ref.device)
+            sigma = torch.stack([p.sigma for p in plan.blocks]).repeat_interleave(counts, dim=0)
+            masks = M.gaussian_mask(points, sigma, c.threshold).prod(-1)  # (P,)
         out, start = [], 0
-        for p, axes, xy in zip(plan.blocks, grids, coords):
-            h = hidden[start : start + xy.shape[0]]
-            start += xy.shape[0]
-            k = self.kernel_net.head(h, p.index, p.n_in) * self.kernel_gain  # (n_in, P)
-            k = k.view(p.n_in, *(a.numel() for a in axes))
-            if p.sigma is not None:  # separable Gaussian mask, one factor per axis
-                for axis, a in enumerate(axes):
-                    g = M.gaussian_mask(a.to(k.dtype), p.sigma[axis], c.threshold)
-                    shape = [1] * k.dim()
-                    shape[1 + axis] = -1
-                    k = k * g.view(shape)
-            out.append(k)
+        for p, taps, xy in zip(plan.blocks, grids, coords):
+            end = start + xy.shape[0]
+            k = self.kernel_net.head(hidden[start:end], p.index, p.n_in) * self.kernel_gain
+            if masks is not None:
+                k = k * masks[start:end]
+            out.append(k.view(p.n_in, *taps))  # (n_in, *taps)
+            start = end
         return out
 
     # --- forward -------------------------------------------------------------------------------

@@ -73,8 +73,9 @@ def create_run_dir(run_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     from search.tasks import TaskError, load_task
 
-    from .train import TrainingDiverged, train, write_config
+    from .train import TrainingDiverged, flush_denormals, train, write_config
 
+    flush_denormals()  # before any parallel work, so that torch's threads inherit it
     try:
         cfg, given = parse_args(argv)
         cfg.validate()

@@ -167,6 +167,29 @@ def test_gradients_reach_every_mask_parameter(case, loss):
         assert g.isfinite().all() and (g != 0).all(), (name, g)
 
 
+@pytest.mark.parametrize("sizes", [(4, 5, 3), (6, 6, 6), (1, 2, 6)], ids=str)
+def test_width_mask_fold_is_slice_and_product_with_exact_gradients(sizes):
+    """The one-node fold of a block's width masks into its parameters computes the plain slices
+    and products, and its hand-written backward passes gradcheck (float64, every input)."""
+    n_in, n_mid, n_out = sizes
+    g = torch.Generator().manual_seed(sum(sizes))
+
+    def rand(*shape):
+        return torch.rand(*shape, generator=g, dtype=F64).requires_grad_()
+
+    H = 6
+    params = [rand(H), rand(H), rand(H, H), rand(H), rand(H, H), rand(H)]
+    masks = [rand(n_in), rand(n_mid), rand(n_out)]
+    folded = model_module._FoldWidthMasks.apply(*params, *masks)
+    norm_w, norm_b, w1, b1, w2, b2 = params
+    m_in, m_mid, m_out = masks
+    plain = (norm_w[:n_in] * m_in, norm_b[:n_in] * m_in, w1[:n_mid, :n_in] * m_mid[:, None],
+             b1[:n_mid] * m_mid, w2[:n_out, :n_mid] * m_out[:, None], b2[:n_out] * m_out)
+    for a, b in zip(folded, plain):
+        assert torch.equal(a, b)
+    assert torch.autograd.gradcheck(model_module._FoldWidthMasks.apply, (*params, *masks))
+
+
 @pytest.mark.parametrize("case", [dict(input_size=(150,)), dict(input_size=(7, 8), dense=True)])
 def test_uncropped_resolution_mask_leaves_the_block_at_full_resolution(case):
     """At initialisation the resolution masks' supports hold every frequency bin: DNArch(K,R)
