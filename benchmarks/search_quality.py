@@ -6,7 +6,7 @@ their summary.json, metrics.jsonl and architecture.json. Runs are independent pr
 a time (--jobs), one thread each. A finished run directory is reused, an interrupted one resumed
 from its last checkpoint: after a crash, the same command loses at most one epoch per run.
 
-    python benchmarks/search_quality.py                              # the table in README
+    python benchmarks/search_quality.py --seeds 5                    # the table in README
     python benchmarks/search_quality.py --quick --out /tmp/quality   # a fast sanity run
 
 Writes benchmarks/results/search_quality.md (and prints it). Settings are CPU-scale (about a
