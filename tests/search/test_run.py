@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import torch
 from safetensors.torch import load_file
@@ -155,3 +158,22 @@ def test_every_config_field_is_a_documented_flag():
     for name in SearchConfig.__dataclass_fields__:
         assert name in flags and flags[name].help, name
     assert json.dumps(SearchConfig().to_dict())  # serialisable for config.json
+
+
+def test_denormals_are_flushed_on_every_intra_op_thread():
+    """flush_denormals, called before torch's first parallel operation (as search.run does), also
+    holds in the threads torch starts later: a product that would be denormal is zero on every
+    chunk of a tensor large enough to be split across 2 threads."""
+    code = (
+        "import torch\n"
+        "from search.train import flush_denormals\n"
+        "flush_denormals()\n"
+        "torch.set_num_threads(2)\n"
+        "x = torch.full((1 << 20,), 1e-37)\n"
+        "print(int(((x * 0.01) != 0).sum()), int(((x * 10.0) != 0).sum()))\n"
+    )
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120, check=True).stdout.split()
+    assert out == ["0", str(1 << 20)]  # denormal results flushed; normal ones untouched
