@@ -172,15 +172,14 @@ class StaticNet(nn.Module):
 # --- materialise ----------------------------------------------------------------------------------
 
 
-def norm_affine(norm: Norm, n: int, scale: Tensor | None) -> tuple[Tensor, Tensor]:
-    """(a, c) in float64 with Norm(x, scale) == a * x + c per channel (population statistics)."""
+def norm_affine(norm: Norm, weight: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
+    """(a, c) in float64 with ``norm(x, weight=weight, bias=bias) == a * x + c`` per channel, for
+    the first ``len(weight)`` channels (population statistics)."""
     if not bool(norm.calibrated):
         raise ValueError("BatchNorm is not calibrated: run export.calibration first")
-    weight, bias = norm.weight[:n].double(), norm.bias[:n].double()
-    if scale is not None:
-        weight, bias = weight * scale.double(), bias * scale.double()
-    a = weight / torch.sqrt(norm.running_var[:n].double() + norm.eps)
-    return a, bias - norm.running_mean[:n].double() * a
+    n = weight.numel()
+    a = weight.double() / torch.sqrt(norm.running_var[:n].double() + norm.eps)
+    return a, bias.double() - norm.running_mean[:n].double() * a
 
 
 def input_spec(model: DNArch) -> dict:
@@ -202,7 +201,7 @@ def materialize(model: DNArch, frozen: Frozen) -> StaticNet:
     c, plan, f32 = model.config, frozen.plan, torch.float32
     s = plan.stream
     # encoder: (normalise | embed) -> linear -> BatchNorm, as one affine map
-    a, sh = norm_affine(model.enc_norm, s, None)
+    a, sh = norm_affine(model.enc_norm, model.enc_norm.weight[:s], model.enc_norm.bias[:s])
     w = model.enc_w[:s].double()
     b = torch.zeros(s, dtype=torch.float64)  # the encoder's linear map has no bias
     if model.embed is not None:
@@ -228,7 +227,9 @@ def materialize(model: DNArch, frozen: Frozen) -> StaticNet:
 def _block(model: DNArch, p, kernel: Tensor, stream: int) -> StaticBlock:
     c, blk, f32 = model.config, model.blocks[p.index], torch.float32
     size, dims = c.input_size, range(-len(c.input_size), 0)
-    a, sh = norm_affine(blk.norm, p.n_in, p.m_in)
+    # the block's parameters with its width masks and depth weight folded in, as in training
+    norm_w, norm_b, w1, b1, w2, b2 = (t.double() for t in blk.folded(p))
+    a, sh = norm_affine(blk.norm, norm_w, norm_b)
     down = []
     if p.m_res is not None:  # on each axis the mask crops (on a fast length, even at r == S)
         down = [Resample(r, d, m) for r, d, m in zip(p.resolution, dims, p.m_res) if m is not None]
@@ -237,14 +238,7 @@ def _block(model: DNArch, p, kernel: Tensor, stream: int) -> StaticBlock:
     ones = torch.ones(1, p.n_in, *size, dtype=torch.float64)
     shift = direct_conv(copy.deepcopy(nn.Sequential(*down)).double()(ones), kernel.double())[0]
     shift = sh.view(-1, *[1] * len(size)) * shift
-    w1, b1 = blk.w1[: p.n_mid, : p.n_in].double(), blk.b1[: p.n_mid].double()
-    if p.m_mid is not None:
-        w1, b1 = w1 * p.m_mid.double()[:, None], b1 * p.m_mid.double()
     bias1 = (w1 @ shift.flatten(1)).unflatten(1, shift.shape[1:]) + b1.view(-1, *[1] * len(size))
-    w2, b2 = blk.w2[: p.n_out, : p.n_mid].double(), blk.b2[: p.n_out].double()
-    scale = [v.double() for v in (p.m_out, p.depth_weight) if v is not None]
-    for v in scale:
-        w2, b2 = w2 * v.reshape(-1, 1), b2 * v
     return StaticBlock(
         index=p.index,
         stream=stream,
