@@ -93,8 +93,38 @@ def decoder_cost(length: Size, stream: Size, out_channels: int, dense: bool) -> 
 
 
 def _straight_through(soft: Tensor, hard: Tensor) -> Tensor:
-    """``hard`` in value, ``soft``'s gradient."""
-    return hard + soft - soft.detach()
+    """``hard`` in value, ``soft``'s gradient (one autograd node)."""
+    return soft + (hard - soft.detach())
+
+
+def _soft_sizes(model: DNArch) -> tuple[Tensor, Tensor]:
+    """The masks' continuous sizes (eqs. 6-7), what the cost's gradient follows: per block, the
+    columns n_in, n_mid, n_out, resolution per axis and kernel extent per axis (in input samples),
+    (D, 3 + 2 axes); and the depth as block weights clamp(size(m_depth) - b, 0, 1), (D,) (§2.5
+    "C_net,size(m_depth)"). A size that is not learned is its fixed value."""
+    c = model.config
+    ref = model.enc_w
+    H, D, T = c.max_width, c.max_depth, c.threshold
+    if c.learns("W"):
+        widths = M.sigmoid_size(model.mask_width, c.tau_width, H, T)
+    else:
+        widths = torch.full((D, 3), float(H), dtype=ref.dtype, device=ref.device)
+    size = torch.tensor(c.input_size, dtype=ref.dtype, device=ref.device)
+    if c.learns("R"):
+        resolution = M.sigmoid_size(model.mask_res, c.tau_resolution, 1, T) * size
+    else:
+        resolution = size.expand(D, -1)
+    if c.learns("K"):
+        kernel = torch.stack([M.gaussian_size(model.mask_sigma[:, a], k, T)
+                              for a, k in enumerate(c.max_kernel)], dim=-1)
+    else:
+        kernel = torch.tensor(c.max_kernel, dtype=ref.dtype, device=ref.device).expand(D, -1)
+    blocks = torch.arange(D, dtype=ref.dtype, device=ref.device)
+    if c.learns("D"):
+        weights = (M.sigmoid_size(model.mask_depth, c.tau_depth, D, T) - blocks).clamp(0, 1)
+    else:
+        weights = torch.ones_like(blocks)
+    return torch.cat([widths, resolution, kernel], dim=-1), weights
 
 
 def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
@@ -102,77 +132,42 @@ def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
 
     Every size is straight-through: its value is what the plan materialises (whole blocks, whole
     channels, the resolution and kernel taps actually used), its gradient is the continuous
-    size() of its mask (eqs. 6-7; the depth as the weights clamp(size(m_depth) - b, 0, 1), §2.5
-    "C_net,size(m_depth)"). So the loss prices exactly the network that runs and is exported
-    (``total`` == :func:`architecture_cost` of :func:`~dnarch_deploy.describe`), while the masks
-    still get smooth gradients. (With the continuous sizes as values, the floor-like discrete
-    counts left found networks up to 14% under the budget; a fractional last block was paid for
-    but not run.)
+    size() of its mask (:func:`_soft_sizes`). So the loss prices exactly the network that runs
+    and is exported (``total`` == :func:`architecture_cost` of :func:`~dnarch_deploy.describe`),
+    while the masks still get smooth gradients. (With the continuous sizes as values, the
+    floor-like discrete counts left found networks up to 14% under the budget; a fractional last
+    block was paid for but not run.)
 
     ``plan``: the step's plan, if already drawn (saves drawing it again). Returns ``{"total":
     Tensor, "encoder": dict, "blocks": dict, "block_weights": Tensor, "decoder": dict}``; the
     blocks' terms are (max_depth,) tensors, one entry per block (weighted by ``block_weights``).
     """
     c = model.config
-    ref = model.enc_w
     length = float(math.prod(c.input_size))
-    H, D = c.max_width, c.max_depth
+    axes = len(c.input_size)
     if plan is None:
         with torch.no_grad():
             plan = model.plan()
-    ran = {p.index: p for p in plan.blocks}
-
-    def realised(soft: Tensor, hard_of) -> Tensor:
-        """Per block (rows of ``soft``): the plan's value for blocks that run, else soft's."""
-        hard = soft.detach().clone()
-        rows = list(ran)
-        hard[rows] = torch.tensor([hard_of(ran[b]) for b in rows], dtype=soft.dtype,
-                                  device=soft.device)
-        return _straight_through(soft, hard)
-
-    if c.learns("D"):
-        depth = M.sigmoid_size(model.mask_depth, c.tau_depth, D, c.threshold)
-        soft = (depth - torch.arange(D, dtype=ref.dtype, device=ref.device)).clamp(0, 1)
-        ran_mask = torch.tensor([b in ran for b in range(D)], dtype=ref.dtype, device=ref.device)
-        weights = _straight_through(soft, ran_mask)
-    else:
-        weights = torch.ones(D, dtype=ref.dtype, device=ref.device)
-    if c.learns("W"):
-        widths = M.sigmoid_size(model.mask_width, c.tau_width, H, c.threshold)  # (D, 3)
-    else:
-        widths = torch.full((D, 3), float(H), dtype=ref.dtype, device=ref.device)
-    widths = realised(widths, lambda p: [p.n_in, p.n_mid, p.n_out])
-    size = torch.tensor(c.input_size, dtype=ref.dtype, device=ref.device)
-    if c.learns("R"):
-        fraction = M.sigmoid_size(model.mask_res, c.tau_resolution, 1, c.threshold)  # (D, axes)
-        res_axes = fraction * size
-    else:
-        res_axes = size.expand(D, -1)
-    res_axes = realised(res_axes, lambda p: list(p.resolution))
-    resolution = res_axes.prod(-1)
-    if c.learns("K"):
-        kernel = torch.stack(
-            [
-                M.gaussian_size(model.mask_sigma[:, a], k, c.threshold)
-                for a, k in enumerate(c.max_kernel)
-            ],
-            dim=-1,
-        )  # (D, axes), in input samples
-    else:
-        kernel = torch.tensor(c.max_kernel, dtype=ref.dtype, device=ref.device).expand(D, -1)
-    # taps at the block's resolution R span taps * S / R input samples
-    kernel = realised(kernel, lambda p: [
-        (2 * h + 1) * s / r for h, s, r in zip(p.half_taps, c.input_size, p.resolution)])
+    soft, soft_weights = _soft_sizes(model)
+    ran = [p.index for p in plan.blocks]
+    hard, hard_weights = soft.detach().clone(), torch.zeros_like(soft_weights)
+    if ran:  # a block that does not run keeps its soft sizes: its weight is 0
+        # taps at the block's resolution R span taps * S / R input samples
+        hard[ran] = torch.tensor(
+            [[p.n_in, p.n_mid, p.n_out, *p.resolution,
+              *((2 * h + 1) * s / r for h, s, r in zip(p.half_taps, c.input_size, p.resolution))]
+             for p in plan.blocks], dtype=soft.dtype, device=soft.device)
+        hard_weights[ran] = 1.0
+    sizes = _straight_through(soft, hard)
+    weights = _straight_through(soft_weights, hard_weights)
+    columns = sizes.unbind(-1)
+    n_in, n_mid, n_out = columns[:3]
+    res_axes, kernel = columns[3 : 3 + axes], columns[3 + axes :]
     # every block at once: each term is a (D,) tensor, so the step's graph does not grow with D
-    blocks = block_cost(
-        length,
-        resolution,
-        *widths.unbind(-1),
-        fft_size=fft_length(res_axes.unbind(-1), kernel.unbind(-1), c.input_size),
-    )
+    blocks = block_cost(length, math.prod(res_axes), n_in, n_mid, n_out,
+                        fft_size=fft_length(res_axes, kernel, c.input_size))
     # the stream is as wide as the widest channel a block in use reads or writes
-    used = (weights > 0).nonzero().flatten()
-    stream = widths[used][:, [0, 2]].max() if c.learns("W") and used.numel() else float(H)
+    stream = sizes[ran, 0:3:2].max() if c.learns("W") and ran else float(c.max_width)
     enc = encoder_cost(length, c.in_channels, stream)
     dec = decoder_cost(length, stream, c.out_channels, c.dense)
     total = sum(enc.values()) + sum(dec.values()) + (weights * sum(blocks.values())).sum()

@@ -107,9 +107,9 @@ class BlockPlan:
     half_taps: tuple[int, ...]  # kernel half-width per axis, at that resolution
     kernel_size: tuple[int, ...]  # kernel extent per axis in input samples (full resolution)
     depth_weight: Tensor | None  # scalar, None when depth is fixed
-    m_in: Tensor | None = None  # (n_in,) width mask values, None when width is fixed
-    m_mid: Tensor | None = None
-    m_out: Tensor | None = None
+    # (3, max width): the n_in, n_mid and n_out width masks' values on every channel (zero past
+    # each support; the block uses the first n_in, n_mid, n_out); None when width is fixed
+    width_masks: Tensor | None = None
     # per axis, the resolution mask on the kept frequency bins; None on an axis it does not crop,
     # and None for the block when it crops no axis (the block then computes at full resolution)
     m_res: tuple[Tensor | None, ...] | None = None
@@ -232,13 +232,13 @@ class Block(nn.Module):
         """(norm weight, norm bias, w1, b1, w2, b2) sliced to the plan's sizes, with the width
         masks and the depth weight multiplied in: m_in into the norm's affine part, m_mid into
         the rows of w1, m_out * depth weight into the rows of w2."""
-        out_scale = _product(p.m_out, p.depth_weight)
-        if p.m_in is not None:
+        if p.width_masks is not None:
             return _FoldWidthMasks.apply(self.norm.weight, self.norm.bias, self.w1, self.b1,
-                                         self.w2, self.b2, p.m_in, p.m_mid, out_scale)
+                                         self.w2, self.b2, p.width_masks, p.depth_weight,
+                                         (p.n_in, p.n_mid, p.n_out))
         w2, b2 = self.w2[: p.n_out, : p.n_mid], self.b2[: p.n_out]
-        if out_scale is not None:
-            w2, b2 = w2 * out_scale.reshape(-1, 1), b2 * out_scale
+        if p.depth_weight is not None:
+            w2, b2 = w2 * p.depth_weight, b2 * p.depth_weight
         return (self.norm.weight[: p.n_in], self.norm.bias[: p.n_in],
                 self.w1[: p.n_mid, : p.n_in], self.b1[: p.n_mid], w2, b2)
 
@@ -246,46 +246,42 @@ class Block(nn.Module):
 class _FoldWidthMasks(torch.autograd.Function):
     """:meth:`Block.folded` with width masks, as one autograd node.
 
-    Slicing six parameters and multiplying three masks in costs ~20 tiny autograd nodes per block;
-    on CPU their fixed per-node cost was ~5% of a small network's training step. The gradients
-    are those of the slices and products written out: the parameters' are zero past the slice.
+    Slicing six parameters and three masks and multiplying them in costs ~25 tiny autograd nodes
+    per block; on CPU their fixed per-node cost was ~5% of a small network's training step. The
+    gradients are those of the slices and products written out: zero past each slice.
     """
 
     @staticmethod
-    def forward(ctx, norm_w, norm_b, w1, b1, w2, b2, m_in, m_mid, m_out):
-        n_in, n_mid, n_out = m_in.numel(), m_mid.numel(), m_out.numel()
-        ctx.save_for_backward(norm_w, norm_b, w1, b1, w2, b2, m_in, m_mid, m_out)
+    def forward(ctx, norm_w, norm_b, w1, b1, w2, b2, masks, depth_weight, sizes):
+        n_in, n_mid, n_out = sizes
+        m_in, m_mid, m_out = masks[0, :n_in], masks[1, :n_mid], masks[2, :n_out]
+        scale = m_out if depth_weight is None else m_out * depth_weight
+        ctx.sizes = sizes
+        ctx.save_for_backward(norm_w, norm_b, w1, b1, w2, b2, masks, depth_weight)
         return (norm_w[:n_in] * m_in, norm_b[:n_in] * m_in,
                 w1[:n_mid, :n_in] * m_mid[:, None], b1[:n_mid] * m_mid,
-                w2[:n_out, :n_mid] * m_out[:, None], b2[:n_out] * m_out)
+                w2[:n_out, :n_mid] * scale[:, None], b2[:n_out] * scale)
 
     @staticmethod
     def backward(ctx, g_norm_w, g_norm_b, g_w1, g_b1, g_w2, g_b2):
-        norm_w, norm_b, w1, b1, w2, b2, m_in, m_mid, m_out = ctx.saved_tensors
-        n_in, n_mid, n_out = m_in.numel(), m_mid.numel(), m_out.numel()
+        norm_w, norm_b, w1, b1, w2, b2, masks, depth_weight = ctx.saved_tensors
+        n_in, n_mid, n_out = ctx.sizes
+        m_in, m_mid, m_out = masks[0, :n_in], masks[1, :n_mid], masks[2, :n_out]
+        scale = m_out if depth_weight is None else m_out * depth_weight
+        H = masks.shape[1]
 
-        def padded(grad: Tensor, like: Tensor) -> Tensor:  # the gradient of a leading slice
-            full = like.new_zeros(like.shape)
-            full[tuple(slice(0, n) for n in grad.shape)] = grad
-            return full
+        def pad(grad: Tensor) -> Tensor:  # the gradient of a leading slice of an (H,) or (H, H)
+            return F.pad(grad, [p for n in reversed(grad.shape) for p in (0, H - n)])
 
-        return (
-            padded(g_norm_w * m_in, norm_w),
-            padded(g_norm_b * m_in, norm_b),
-            padded(g_w1 * m_mid[:, None], w1),
-            padded(g_b1 * m_mid, b1),
-            padded(g_w2 * m_out[:, None], w2),
-            padded(g_b2 * m_out, b2),
-            g_norm_w * norm_w[:n_in] + g_norm_b * norm_b[:n_in],
-            (g_w1 * w1[:n_mid, :n_in]).sum(1) + g_b1 * b1[:n_mid],
-            (g_w2 * w2[:n_out, :n_mid]).sum(1) + g_b2 * b2[:n_out],
-        )
-
-
-def _product(a: Tensor | None, b: Tensor | None) -> Tensor | None:
-    if a is None:
-        return b
-    return a if b is None else a * b
+        g_scale = (g_w2 * w2[:n_out, :n_mid]).sum(1) + g_b2 * b2[:n_out]
+        g_masks = masks.new_zeros(masks.shape)
+        g_masks[0, :n_in] = g_norm_w * norm_w[:n_in] + g_norm_b * norm_b[:n_in]
+        g_masks[1, :n_mid] = (g_w1 * w1[:n_mid, :n_in]).sum(1) + g_b1 * b1[:n_mid]
+        g_masks[2, :n_out] = g_scale if depth_weight is None else g_scale * depth_weight
+        g_depth = None if depth_weight is None else (g_scale * m_out).sum()
+        return (pad(g_norm_w * m_in), pad(g_norm_b * m_in), pad(g_w1 * m_mid[:, None]),
+                pad(g_b1 * m_mid), pad(g_w2 * scale[:, None]), pad(g_b2 * scale),
+                g_masks, g_depth, None)
 
 
 class DNArch(nn.Module):
@@ -372,14 +368,13 @@ class DNArch(nn.Module):
             depth = M.sigmoid_count(x_t, D)
             positions = M.grid(D, mu.device, mu.dtype)
             depth_weights = M.sigmoid_mask(positions, mu, c.tau_depth, T).unbind(0)
-        widths, width_masks = [(H, H, H)] * D, [(None, None, None)] * D
+        widths, width_masks = [(H, H, H)] * D, [None] * D
         if c.learns("W"):  # columns of mask_width: n_in, n_mid, n_out
             mu = self.mask_width
             x_t = M.sigmoid_inverse(mu, c.tau_width, T).detach().tolist()
             widths = [tuple(M.sigmoid_count(x, H) for x in row) for row in x_t]
             positions = M.grid(H, mu.device, mu.dtype)
-            values = M.sigmoid_mask(positions, mu[..., None], c.tau_width, T)  # (D, 3, H)
-            width_masks = [row.unbind(0) for row in values.unbind(0)]
+            width_masks = M.sigmoid_mask(positions, mu[..., None], c.tau_width, T).unbind(0)
         resolutions, res_masks = self._resolutions()
         x_k, sigmas = [[1.0] * len(c.input_size)] * D, [None] * D
         if c.learns("K"):
@@ -389,11 +384,7 @@ class DNArch(nn.Module):
         stream = max(max(w[0], w[2]) for w in widths[:depth]) if c.learns("W") else H
         blocks = []
         for b in range(D if full else depth):
-            sizes, masks = widths[b], width_masks[b]
-            if full:
-                sizes = (H, H, H)
-            elif masks[0] is not None:
-                masks = tuple(m[:n] for m, n in zip(masks, sizes))
+            sizes = (H, H, H) if full else widths[b]
             resolution = resolutions[b]
             scales = [r / s for r, s in zip(resolution, c.input_size)]
             half = tuple(
@@ -413,9 +404,7 @@ class DNArch(nn.Module):
                     half_taps=half,
                     kernel_size=kernel_size,
                     depth_weight=depth_weights[b],
-                    m_in=masks[0],
-                    m_mid=masks[1],
-                    m_out=masks[2],
+                    width_masks=width_masks[b],
                     m_res=res_masks[b],
                     sigma=sigmas[b],
                 )

@@ -167,10 +167,12 @@ def test_gradients_reach_every_mask_parameter(case, loss):
         assert g.isfinite().all() and (g != 0).all(), (name, g)
 
 
+@pytest.mark.parametrize("depth", [False, True], ids=["no-depth-mask", "depth-mask"])
 @pytest.mark.parametrize("sizes", [(4, 5, 3), (6, 6, 6), (1, 2, 6)], ids=str)
-def test_width_mask_fold_is_slice_and_product_with_exact_gradients(sizes):
-    """The one-node fold of a block's width masks into its parameters computes the plain slices
-    and products, and its hand-written backward passes gradcheck (float64, every input)."""
+def test_width_mask_fold_is_slice_and_product_with_exact_gradients(sizes, depth):
+    """The one-node fold of a block's width masks (and depth weight) into its parameters computes
+    the plain slices and products, and its hand-written backward passes gradcheck (float64,
+    every input)."""
     n_in, n_mid, n_out = sizes
     g = torch.Generator().manual_seed(sum(sizes))
 
@@ -179,15 +181,20 @@ def test_width_mask_fold_is_slice_and_product_with_exact_gradients(sizes):
 
     H = 6
     params = [rand(H), rand(H), rand(H, H), rand(H), rand(H, H), rand(H)]
-    masks = [rand(n_in), rand(n_mid), rand(n_out)]
-    folded = model_module._FoldWidthMasks.apply(*params, *masks)
+    masks = rand(3, H)
+    weight = rand(()) if depth else None
+    folded = model_module._FoldWidthMasks.apply(*params, masks, weight, sizes)
     norm_w, norm_b, w1, b1, w2, b2 = params
-    m_in, m_mid, m_out = masks
+    m_in, m_mid, m_out = masks[0, :n_in], masks[1, :n_mid], masks[2, :n_out]
+    if depth:
+        m_out = m_out * weight
     plain = (norm_w[:n_in] * m_in, norm_b[:n_in] * m_in, w1[:n_mid, :n_in] * m_mid[:, None],
              b1[:n_mid] * m_mid, w2[:n_out, :n_mid] * m_out[:, None], b2[:n_out] * m_out)
     for a, b in zip(folded, plain):
         assert torch.equal(a, b)
-    assert torch.autograd.gradcheck(model_module._FoldWidthMasks.apply, (*params, *masks))
+    inputs = (*params, masks, weight)
+    assert torch.autograd.gradcheck(
+        lambda *t: model_module._FoldWidthMasks.apply(*t, sizes), inputs)
 
 
 @pytest.mark.parametrize("case", [dict(input_size=(150,)), dict(input_size=(7, 8), dense=True)])

@@ -130,11 +130,15 @@ def test_resample_gradients(n, size, resample_path):
     assert torch.autograd.gradcheck(lambda a, m: resample(a, size, mask=m), (x, mask))
 
 
-@pytest.mark.parametrize("n", [1, 2, 7, 8])
-def test_rfft_backward(n):
+@pytest.mark.parametrize("norm", ["forward", "backward"])
+@pytest.mark.parametrize("n, padded", [(1, 1), (2, 2), (7, 7), (8, 8), (5, 9), (6, 12)])
+def test_rfft_backward(n, padded, norm):
+    """The hand-written backward (one real inverse FFT) is the rfft's, with zero-padding to
+    ``padded`` samples and either normalisation."""
     x = torch.randn(3, n, dtype=F64, requires_grad=True)
-    torch.testing.assert_close(_RFFT.apply(x), torch.fft.rfft(x, norm="forward"))
-    assert torch.autograd.gradcheck(_RFFT.apply, (x,))
+    torch.testing.assert_close(_RFFT.apply(x, padded, norm),
+                               torch.fft.rfft(x, n=padded, norm=norm))
+    assert torch.autograd.gradcheck(lambda a: _RFFT.apply(a, padded, norm), (x,))
 
 
 def test_frequency_positions():
@@ -184,6 +188,13 @@ def test_fft_conv_equals_direct_conv(size, kernel):
     out = fft_conv(x, k)
     assert out.shape == x.shape
     torch.testing.assert_close(out, direct_conv(x, k), rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("size, kernel", [((9,), (5,)), ((6, 5), (3, 5))], ids=str)
+def test_fft_conv_gradients(size, kernel):
+    x = torch.randn(2, 3, *size, dtype=F64, requires_grad=True)
+    k = torch.randn(3, *kernel, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(fft_conv, (x, k))
 
 
 def test_fft_conv_has_no_wrap_around():
