@@ -99,8 +99,8 @@ def _resample_fft(x: Tensor, size: int, mask: Tensor | None) -> Tensor:
 class _RFFT(torch.autograd.Function):
     """``torch.fft.rfft(x, n, norm=norm)`` on the last axis (zero-padded to ``n`` samples), with
     a backward that is one real inverse FFT. (Autograd's own backward pads the gradient to a full
-    complex spectrum and runs a complex FFT: two to four times the work; this makes a resampling
-    step ~25% faster on CPU, and a block's FFT convolution's backward several times faster.)"""
+    complex spectrum and runs a complex FFT on it, about twice the work; this makes a resampling
+    step ~25% faster on CPU, and serves the FFT convolution's forward transforms too.)"""
 
     @staticmethod
     def forward(ctx, x: Tensor, n: int | None = None, norm: str = "forward") -> Tensor:
