@@ -65,21 +65,21 @@ def settings(data_dir: Path) -> dict[str, Setting]:
             "the official split; every flag at its `python -m search.run` default "
             "(60 epochs, batch 16, lr 0.01, warm-up 5)"),
         "ucr:OSULeaf": Setting(
-            "ucr:OSULeaf", ("--epochs", "20", "--warmup-epochs", "2"),
+            "ucr:OSULeaf", ("--epochs", "20"),
             "the official split; 20 epochs"),
         "mnist5k": Setting(
             f"npz:{data_dir / MNIST_FILE}",
-            ("--epochs", "40", "--batch-size", "32", "--warmup-epochs", "1"),
+            ("--epochs", "40", "--batch-size", "32"),
             "mnist5k's first 1000 training and 250 validation images and its whole 1000-image "
             "test split, 2x2 mean-pooled to 14x14 (mnist5k has no training-size option); "
             "40 epochs (at 20 every model was still improving), batch 32"),
         "darcy": Setting(
-            "darcy:size=29,n_train=200", ("--epochs", "18", "--warmup-epochs", "1"),
+            "darcy:size=29,n_train=200", ("--epochs", "18"),
             "29x29 grid (solved on 57x57), 200 training samples, 100 val / 100 test; 18 "
             "epochs, batch 8"),
         "listops": Setting(
             "listops:n_train=2000",
-            ("--epochs", "20", "--batch-size", "32", "--warmup-epochs", "1"),
+            ("--epochs", "20", "--batch-size", "32"),
             "the CPU-sized generator (lengths 51-199, depth <= 6), 2000 training samples; "
             "20 epochs, batch 32"),
     }
@@ -134,7 +134,6 @@ def plan_runs(out: Path, table: dict[str, Setting], tasks: list[str], variants: 
         extra = [*s.flags, *more]
         if quick:
             extra = _set_flag(extra, "--epochs", "2")
-            extra = _set_flag(extra, "--warmup-epochs", "1")
         # per seed, the base and DNArch(K,R,W,D) first: with two jobs they train side by side,
         # under the same load from other work, so their times compare
         order = sorted(variants, key=lambda v: (v not in (BASE, FULL), list(VARIANTS).index(v)))
@@ -296,7 +295,7 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
 
     command = " ".join(["python benchmarks/search_quality.py", *sys.argv[1:]])
     defaults = parse_args([])[0].to_dict()
-    shown = ("lam", "lr", "mask_lr", "weight_decay", "warmup_epochs", "dropout", "batch_size",
+    shown = ("lam", "lr", "mask_lr", "weight_decay", "warmup", "dropout", "batch_size",
              "epochs", "omega_0", "tau_resolution", "tau_width", "tau_depth", "embed_dim")
     in_effect = ", ".join(f"{k} {defaults[k]}" for k in shown)
     names = {r.run_dir.name for r in runs if r.run_dir in results}

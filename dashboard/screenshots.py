@@ -21,10 +21,10 @@ from . import browser, server
 # a budget of half the base network's cost makes the search shrink it: kernels, widths, resolution
 SEARCHES = {
     "gunpoint": ["--task", "ucr:GunPoint", "--depth", "4", "--width", "16", "--epochs", "30",
-                 "--warmup-epochs", "2", "--batch-size", "16", "--budget", "0.5", "--lam", "1"],
+                 "--batch-size", "16", "--budget", "0.5", "--lam", "1"],
     "darcy": ["--task", "darcy", "--task-option", "size=33", "--task-option", "n_train=200",
               "--task-option", "n_val=50", "--task-option", "n_test=50", "--depth", "3",
-              "--width", "12", "--epochs", "10", "--warmup-epochs", "1", "--batch-size", "16",
+              "--width", "12", "--epochs", "10", "--batch-size", "16",
               "--budget", "0.5", "--lam", "1"],
 }
 

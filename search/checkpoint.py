@@ -85,11 +85,23 @@ def load_last(run_dir: Path, model, opt, sched) -> dict:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         info = {k: state[k] for k in ("epoch", "step", "best", "best_epoch", "wall_seconds")}
         info["best_fits"] = bool(state.get("best_fits", True))  # runs before the budget rule
+        info["best_loss"] = float(state.get("best_loss", float("inf")))  # and the loss tie-break
+        info["first_loss"] = float(state.get("first_loss", float("nan")))  # and stall checks
+        info["restarts"] = list(state.get("restarts", []))
     except Exception as e:  # noqa: BLE001 - any failure here means a damaged or foreign file
         raise R.RunError(f"{path}: damaged training state ({type(e).__name__}: {e})") from None
     if isinstance(info["best"], torch.Tensor):
         info["best"] = None if info["best"].isnan() else float(info["best"])
     return info
+
+
+def clear_attempt(run_dir: Path) -> None:
+    """Remove what a stalled attempt wrote (checkpoints and records); config.json stays."""
+    for path in _epoch_dirs(run_dir):
+        shutil.rmtree(path, ignore_errors=True)
+    for name in (R.BEST_WEIGHTS, R.LAST_WEIGHTS):
+        (run_dir / name).unlink(missing_ok=True)
+    truncate_records(run_dir, -1)
 
 
 def truncate_records(run_dir: Path, epoch: int) -> None:

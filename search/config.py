@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
+
+# The automatic training length (--steps 0): AUTO_EPOCHS passes over the training split, clipped
+# to [MIN_STEPS, MAX_STEPS] optimiser steps, so that a 40-sample set still gets enough updates and
+# a 4000-sample set stops in CPU-scale time (benchmarks/ucr_quality.py measured both ends).
+AUTO_EPOCHS = 40
+MIN_STEPS = 1000
+MAX_STEPS = 4000
+# Validations per run, at most: each is a records row, an architecture snapshot and a checkpoint.
+ROUNDS = 50
 
 
 def _f(default: Any, help: str, **kw) -> Any:
@@ -41,13 +51,23 @@ class SearchConfig:
         0.05, "the result is the best validation epoch whose network costs at most (1 + this) x "
         "C_target; over-budget epochs count only until one within it is seen")
     # --- optimisation (paper appendix E: AdamW, linear warm-up then cosine)
-    epochs: int = _f(60, "training epochs")
+    # Length is counted in optimiser steps, so that a 40-sample set and a 4000-sample set both get
+    # enough updates (see default_steps); --epochs is the same in passes over the training split.
+    steps: int = _f(0, f"optimiser steps in all; 0: {AUTO_EPOCHS} passes over the training "
+                    f"split, clipped to [{MIN_STEPS}, {MAX_STEPS}] steps")
+    epochs: int = _f(0, "training length in passes over the training split, instead of --steps "
+                     "(0: use --steps)")
     batch_size: int = _f(16, "global batch size (split across ranks when distributed)")
     lr: float = _f(0.01, "learning rate of the network weights")
     mask_lr: float = _f(0.01, "learning rate of the mask parameters (no weight decay)")
     weight_decay: float = _f(0.01, "AdamW weight decay of the network weights")
-    warmup_epochs: int = _f(5, "epochs of linear learning-rate warm-up")
+    warmup: float = _f(0.05, "share of the training steps in linear learning-rate warm-up")
     dropout: float = _f(0.0, "dropout after the block's GELU")
+    shift: float = _f(0.0, "random shift of each training input, at most this share of each axis "
+                      "either way (classification on signals and images only; 0: off)")
+    restarts: int = _f(1, "restart a run whose training loss has stalled (still above half the "
+                       "first round's after 30%% of the steps) from a new initialisation, at most "
+                       "this many times")
     # --- kernel network and masks
     omega_0: float = _f(5.0, "frequency prior of the kernel network's Fourier features")
     tau_resolution: float = _f(50.0, "temperature of the resolution masks")
@@ -71,7 +91,10 @@ class SearchConfig:
         checks = [
             (self.budget > 0, f"--budget must be > 0 (a multiple of the base cost), "
              f"got {self.budget}"),
-            (self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}"),
+            (self.steps >= 0, f"--steps must be >= 0 (0: automatic), got {self.steps}"),
+            (self.epochs >= 0, f"--epochs must be >= 0 (0: use --steps), got {self.epochs}"),
+            (not (self.steps and self.epochs), f"give --steps or --epochs, not both "
+             f"(got --steps {self.steps} and --epochs {self.epochs})"),
             (self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}"),
             (self.eval_batch_size >= 1, f"--eval-batch-size must be >= 1, "
              f"got {self.eval_batch_size}"),
@@ -81,7 +104,10 @@ class SearchConfig:
             (self.budget_tolerance >= 0, f"--budget-tolerance must be >= 0, "
              f"got {self.budget_tolerance}"),
             (0 <= self.dropout < 1, f"--dropout must be in [0, 1), got {self.dropout}"),
-            (self.warmup_epochs >= 0, f"--warmup-epochs must be >= 0, got {self.warmup_epochs}"),
+            (0 <= self.shift < 1, f"--shift must be in [0, 1), got {self.shift}"),
+            (self.restarts >= 0, f"--restarts must be >= 0, got {self.restarts}"),
+            (0 <= self.warmup < 1, f"--warmup must be in [0, 1) (a share of the steps), "
+             f"got {self.warmup}"),
             (self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, "
              f"got {self.device!r}"),
             (min(self.tau_resolution, self.tau_width, self.tau_depth, self.omega_0) > 0,
@@ -110,6 +136,33 @@ class SearchConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Length:
+    """How long a run trains and how often it validates. A round is the unit of the records
+    (their ``epoch`` field), the checkpoints and the result rule: one pass over the training
+    split with --epochs, or steps / ROUNDS (at least one pass) with --steps."""
+
+    steps: int  # optimiser steps in all
+    steps_per_epoch: int  # full batches in one pass over the training split
+    per_round: int  # steps between two validations
+
+    @property
+    def rounds(self) -> int:
+        return math.ceil(self.steps / self.per_round)
+
+    def round_steps(self, r: int) -> range:
+        return range(r * self.per_round, min((r + 1) * self.per_round, self.steps))
+
+
+def training_length(cfg: SearchConfig, n_train: int) -> Length:
+    """--steps / --epochs resolved for a training split of n_train samples."""
+    per_epoch = max(n_train // cfg.batch_size, 1)  # full batches only
+    if cfg.epochs:
+        return Length(cfg.epochs * per_epoch, per_epoch, per_epoch)
+    steps = cfg.steps or min(max(AUTO_EPOCHS * per_epoch, MIN_STEPS), MAX_STEPS)
+    return Length(steps, per_epoch, max(per_epoch, math.ceil(steps / ROUNDS)))
 
 
 def _parse_value(text: str) -> Any:

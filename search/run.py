@@ -17,7 +17,7 @@ from . import distributed
 from .config import SearchConfig, parse_args
 
 # flags that may differ on --resume (they do not change what is computed)
-RESUMABLE = {"resume", "out", "device", "eval_batch_size", "epochs"}
+RESUMABLE = {"resume", "out", "device", "eval_batch_size", "epochs", "steps"}
 
 
 class UsageError(Exception):
@@ -49,9 +49,12 @@ def prepare_run_dir(cfg: SearchConfig, given: set[str]) -> tuple[Path, SearchCon
             if k in given:
                 setattr(saved_cfg, k, getattr(cfg, k))
         saved_cfg.resume, saved_cfg.out = True, str(run_dir)
-        if (run_dir / R.SUMMARY).exists() and saved_cfg.epochs <= saved["train"]["epochs"]:
+        old = saved["train"]
+        longer = (saved_cfg.steps > old.get("steps", 0)) or (saved_cfg.epochs > old["epochs"])
+        if (run_dir / R.SUMMARY).exists() and not longer:
             raise UsageError(f"{run_dir} is already complete ({R.SUMMARY} exists); "
-                             "pass a larger --epochs to continue it, or start a new run")
+                             "pass a larger --steps or --epochs to continue it, or start a new "
+                             "run")
         return run_dir, saved_cfg
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise UsageError(f"{run_dir} already exists; pass --resume to continue it or choose "
@@ -73,7 +76,7 @@ def create_run_dir(run_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     from search.tasks import TaskError, load_task
 
-    from .train import TrainingDiverged, flush_denormals, train, write_config
+    from .train import TrainingDiverged, flush_denormals, train_with_restarts, write_config
 
     flush_denormals()  # before any parallel work, so that torch's threads inherit it
     try:
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             create_run_dir(run_dir)
             write_config(cfg, run_dir, task, device, world.size)
         distributed.barrier(world)
-        summary = train(cfg, run_dir, task, resume=cfg.resume)
+        summary = train_with_restarts(cfg, run_dir, task)
     except (UsageError, ValueError, TaskError, R.RunError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -25,12 +25,30 @@ from dnarch_deploy import rundir as R
 from dnarch_deploy.cost import architecture_cost, architecture_params
 
 from . import checkpoint, distributed
-from .config import SearchConfig
+from .augment import random_shift
+from .config import SearchConfig, training_length
 from .records import append_jsonl, write_json
 
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+# A run is stalled when, after STALL_CHECK of its steps, its training objective is still above
+# STALL_SHARE of the first round's: an initialisation that never tells some classes apart (a loss
+# stuck at ln 2 / 2). It restarts from a new initialisation (--restarts times at most).
+STALL_CHECK = 0.3
+STALL_SHARE = 0.5
+RESTART_SEED = 1_000_003  # initialisation seed of attempt k: seed + k x this
+
+
+class Stalled(RuntimeError):
+    """The training objective stalled (see STALL_CHECK); ``record`` says where and how high."""
+
+    def __init__(self, record: dict):
+        super().__init__(f"training loss {record['loss']:.3f} after {record['step']} steps is "
+                         f"above {STALL_SHARE} x the first round's {record['first_loss']:.3f}")
+        self.record = record
 
 
 @dataclass
@@ -87,10 +105,9 @@ def make_optimizer(model: DNArch, cfg: SearchConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, fused=True)
 
 
-def make_scheduler(opt, cfg: SearchConfig, steps_per_epoch: int):
-    """Linear warm-up then cosine to zero, stepped every optimiser step."""
-    warmup = cfg.warmup_epochs * steps_per_epoch
-    total = max(cfg.epochs * steps_per_epoch, 1)
+def make_scheduler(opt, cfg: SearchConfig, total: int):
+    """Linear warm-up then cosine to zero over ``total`` steps, stepped every optimiser step."""
+    warmup = round(cfg.warmup * total)
 
     def factor(step: int) -> float:
         if step < warmup:
@@ -133,23 +150,33 @@ def complexity_ratio(model: DNArch, target: float) -> float:
     return float(model_cost(model)["total"]) / target
 
 
-def _is_better(value: float, fits: bool, best: float | None, best_fits: bool,
-               higher: bool) -> bool:
-    """Is this epoch the new result? An epoch whose network fits the budget beats one that does
-    not; among equals the better validation metric wins (ties: the later epoch)."""
-    if best is None or fits != best_fits:
-        return best is None or fits
-    return value >= best if higher else value <= best
+def _is_better(value: float, loss: float, fits: bool, best: tuple | None, higher: bool) -> bool:
+    """Is this round the new result? ``best`` is the result so far as (metric, loss, fits). A
+    round whose network fits the budget beats one that does not; then the better validation
+    metric wins; then the lower validation loss, since on a 10-sample validation split most
+    rounds tie on accuracy; full ties go to the later round."""
+    if best is None:
+        return True
+    b_value, b_loss, b_fits = best
+    if fits != b_fits:
+        return fits
+    if value != b_value:
+        return value > b_value if higher else value < b_value
+    return loss <= b_loss
 
 
-def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False) -> dict:
-    """Run (or continue) the search; returns the summary. Only rank 0 writes files."""
+def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
+          restarts: list[dict] | None = None) -> dict:
+    """Run (or continue) the search; returns the summary. Only rank 0 writes files. ``restarts``
+    lists the stalled attempts before this one (raises Stalled when this one stalls too and
+    --restarts allows another)."""
     flush_denormals()
     world = distributed.World.from_env()
     device = torch.device(distributed.pick_device(cfg.device, world))
     is_writer = world.rank == 0
+    restarts = list(restarts or [])
 
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed + RESTART_SEED * len(restarts))
     mcfg = model_config(cfg, task)
     model = DNArch(mcfg).to(device)
     if world.size > 1:
@@ -169,35 +196,49 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False) -> dict:
         raise ValueError(f"--batch-size {cfg.batch_size} must be divisible by the number of "
                          f"processes ({world.size})")
     # full batches only, so every step of every rank sees the same number of samples
-    steps_per_epoch = max(len(train_set) // cfg.batch_size, 1)
+    length = training_length(cfg, len(train_set))
     batch = min(cfg.batch_size, len(train_set))
     local = batch // world.size
 
     opt = make_optimizer(model, cfg)
-    sched = make_scheduler(opt, cfg, steps_per_epoch)
-    start_epoch, step, best, best_epoch, best_fits, wall = 0, 0, None, -1, False, 0.0
+    sched = make_scheduler(opt, cfg, length.steps)
+    start_epoch, step, best, best_epoch, wall, first_loss = 0, 0, None, -1, 0.0, None
+    check_round = next(r for r in range(length.rounds)
+                       if length.round_steps(r).stop >= STALL_CHECK * length.steps)
     if resume:
         state = checkpoint.load_last(run_dir, model, opt, sched)
         start_epoch, step = state["epoch"] + 1, state["step"]
-        best, best_epoch, wall = state["best"], state["best_epoch"], state["wall_seconds"]
-        best_fits = state["best_fits"]
+        best_epoch, wall = state["best_epoch"], state["wall_seconds"]
+        first_loss, restarts = state["first_loss"], state["restarts"]
+        if state["best"] is not None:
+            best = (state["best"], state["best_loss"], state["best_fits"])
         if is_writer:
             checkpoint.truncate_records(run_dir, state["epoch"])
     higher = task.higher_is_better
     amp = device.type == "cuda" and cfg.amp
+    shift = cfg.shift if task.kind == "classification" and not task.tokens else 0.0
 
-    bar = tqdm(total=cfg.epochs * steps_per_epoch, initial=start_epoch * steps_per_epoch,
+    bar = tqdm(total=length.steps, initial=step,
                disable=not is_writer or bool(os.environ.get("CI")), desc="search", unit="step",
                dynamic_ncols=True)
-    for epoch in range(start_epoch, cfg.epochs):
+    order, order_epoch = None, -1
+    for epoch in range(start_epoch, length.rounds):  # a round: steps, then one validation
         t0 = time.perf_counter()
         model.train()
-        g = torch.Generator().manual_seed(cfg.seed * 100003 + epoch)
-        order = torch.randperm(len(train_set), generator=g).to(device)
         sums = {"loss": 0.0, "loss_obj": 0.0, "loss_comp": 0.0, "complexity_ratio": 0.0}
-        for i in range(steps_per_epoch):
+        steps = length.round_steps(epoch)
+        for _ in steps:
+            # the batches are a function of the step alone (a reshuffle per pass), so a resumed
+            # run sees the same ones
+            data_epoch, i = divmod(step, length.steps_per_epoch)
+            if data_epoch != order_epoch:
+                g = torch.Generator().manual_seed(cfg.seed * 100003 + data_epoch)
+                order = torch.randperm(len(train_set), generator=g).to(device)
+                order_epoch = data_epoch
             idx = order[i * batch : (i + 1) * batch][world.rank * local : (world.rank + 1) * local]
             x, y = train_set.x[idx], train_set.y[idx]
+            if shift:
+                x = random_shift(x, shift)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                 plan = model.plan()
                 out = model.run(x, plan)
@@ -223,8 +264,14 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False) -> dict:
                 sums[k] += v
             bar.update(1)
             bar.set_postfix(loss=f"{logged[0]:.3f}", ratio=f"{logged[3]:.3f}")
-        train_row = {k: v / steps_per_epoch for k, v in sums.items()}
+        train_row = {k: v / len(steps) for k, v in sums.items()}
         wall += time.perf_counter() - t0
+        if epoch == 0:
+            first_loss = train_row["loss_obj"]
+        if (epoch == check_round and len(restarts) < cfg.restarts
+                and train_row["loss_obj"] > STALL_SHARE * first_loss):
+            raise Stalled({"step": step, "loss": train_row["loss_obj"], "first_loss": first_loss,
+                           "seconds": wall})
 
         metric = None
         if is_writer:
@@ -239,15 +286,16 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False) -> dict:
                  "metric": metric, "seconds": wall},
             ]
             fits = ratio_now <= 1.0 + cfg.budget_tolerance
-            if _is_better(metric, fits, best, best_fits, higher):
-                best, best_epoch, best_fits = metric, epoch, fits
+            if _is_better(metric, val_loss, fits, best, higher):
+                best, best_epoch = (metric, val_loss, fits), epoch
                 checkpoint.save_weights(model, run_dir / R.BEST_WEIGHTS)
             for row in rows:
                 append_jsonl(run_dir / R.METRICS, row)
             append_jsonl(run_dir / R.ARCHITECTURES, arch.to_dict())
             checkpoint.save_last(run_dir, model, opt, sched, {
-                "epoch": epoch, "step": step, "best": best, "best_epoch": best_epoch,
-                "best_fits": best_fits, "wall_seconds": wall})
+                "epoch": epoch, "step": step, "best": best[0], "best_loss": best[1],
+                "best_fits": best[2], "best_epoch": best_epoch, "wall_seconds": wall,
+                "first_loss": first_loss, "restarts": restarts})
             bar.set_postfix(loss=f"{train_row['loss']:.3f}", val=f"{metric:.3f}",
                             ratio=f"{ratio_now:.3f}")
         distributed.barrier(world)
@@ -255,13 +303,32 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False) -> dict:
 
     summary = None
     if is_writer:
-        summary = finish(cfg, run_dir, task, model, test_set, target, best_epoch, best_fits, wall)
+        summary = finish(cfg, run_dir, task, model, test_set, target, best_epoch, best[2], wall,
+                         length, restarts)
     distributed.barrier(world)
     return summary
 
 
+def train_with_restarts(cfg: SearchConfig, run_dir: Path, task) -> dict:
+    """Train; when an attempt stalls, say so, clear what it wrote and start a new one from
+    another initialisation (its record goes into summary.json's ``restarts``)."""
+    world = distributed.World.from_env()
+    restarts, resume = [], cfg.resume
+    while True:
+        try:
+            return train(cfg, run_dir, task, resume=resume, restarts=restarts)
+        except Stalled as e:
+            restarts.append(e.record)
+            if world.rank == 0:
+                print(f"warning: {e}; restarting from a new initialisation "
+                      f"({len(restarts)} of --restarts {cfg.restarts})", file=sys.stderr)
+                checkpoint.clear_attempt(run_dir)
+            distributed.barrier(world)
+            resume = False
+
+
 def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: float,
-           best_epoch: int, within_budget: bool, wall: float) -> dict:
+           best_epoch: int, within_budget: bool, wall: float, length, restarts) -> dict:
     """Evaluate the best validation epoch on the test split; write architecture.json and
     summary.json (the run's result: weights, architecture and metrics of that epoch)."""
     checkpoint.load_weights_into(model, run_dir / R.BEST_WEIGHTS)
@@ -276,7 +343,8 @@ def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: f
         "within_budget": within_budget,
         "params": architecture_params(arch), "search_params": sum(
             p.numel() for p in model.parameters()),
-        "macs": architecture_cost(arch), "wall_seconds": wall, "epochs": cfg.epochs,
+        "macs": architecture_cost(arch), "wall_seconds": wall, "steps": length.steps,
+        "rounds": length.rounds, "restarts": restarts,
         "higher_is_better": task.higher_is_better,
     }
     append_jsonl(run_dir / R.METRICS, {"step": None, "epoch": best_epoch, "split": "test",

@@ -18,10 +18,10 @@ from pathlib import Path
 
 # tiny searches: a few seconds each on 2 cores
 SEARCH_1D = ["--task", "ucr:GunPoint", "--depth", "2", "--width", "4", "--batch-size", "16",
-             "--epochs", "3", "--warmup-epochs", "1", "--eval-batch-size", "64"]
+             "--epochs", "3", "--eval-batch-size", "64"]
 SEARCH_2D = ["--task", "darcy", "--task-option", "size=17", "--task-option", "n_train=32",
              "--task-option", "n_val=16", "--task-option", "n_test=16", "--depth", "2",
-             "--width", "4", "--batch-size", "8", "--epochs", "2", "--warmup-epochs", "1",
+             "--width", "4", "--batch-size", "8", "--epochs", "2",
              "--eval-batch-size", "16"]
 # a quick export: tactics by the cost model, few timing repeats, small calibration/test sets
 EXPORT = ["--no-tune", "--no-torchscript", "--repeats", "3", "--bench-batch", "4",

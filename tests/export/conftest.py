@@ -16,7 +16,7 @@ from filelock import FileLock
 
 # a tiny search: two blocks of 4 channels on GunPoint, a few seconds
 TINY_SEARCH = ["--task", "ucr:GunPoint", "--depth", "2", "--width", "4", "--batch-size", "16",
-               "--epochs", "2", "--warmup-epochs", "1", "--eval-batch-size", "64"]
+               "--epochs", "2", "--eval-batch-size", "64"]
 # export with tuned tactics and a short benchmark
 FAST_EXPORT = ["--repeats", "3", "--bench-batch", "4", "--test-samples", "64"]
 

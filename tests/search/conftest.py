@@ -11,7 +11,7 @@ import pytest
 
 # a tiny search: one block of 4 channels on GunPoint, a few seconds per run
 TINY = ["--task", "ucr:GunPoint", "--depth", "1", "--width", "4", "--batch-size", "8",
-        "--epochs", "3", "--warmup-epochs", "1", "--eval-batch-size", "64"]
+        "--epochs", "3", "--eval-batch-size", "64"]
 
 
 def env() -> dict[str, str]:

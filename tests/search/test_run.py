@@ -54,7 +54,7 @@ def test_result_is_the_best_epoch_within_the_budget(tiny_run):
     tol = R.read_config(tiny_run)["train"]["budget_tolerance"]
     val = [r for r in R.read_jsonl(tiny_run / R.METRICS) if r["split"] == "val"]
     fits = [r for r in val if r["complexity_ratio"] <= 1 + tol]
-    expected = max(fits or val, key=lambda r: (r["metric"], r["epoch"]))
+    expected = max(fits or val, key=lambda r: (r["metric"], -r["loss"], r["epoch"]))
     summary = R.read_summary(tiny_run)
     assert summary["best_epoch"] == expected["epoch"]
     assert summary["within_budget"] == bool(fits)
@@ -62,14 +62,16 @@ def test_result_is_the_best_epoch_within_the_budget(tiny_run):
 
 def test_an_epoch_within_the_budget_beats_any_over_it():
     higher = True
-    assert _is_better(0.5, True, None, False, higher)  # the first epoch is always a result
-    assert _is_better(0.5, False, None, False, higher)
-    assert _is_better(0.5, True, 0.9, False, higher)  # fits beats a better one over budget
-    assert not _is_better(0.99, False, 0.5, True, higher)  # over budget never replaces a fit
-    assert _is_better(0.9, False, 0.5, False, higher)  # both over: the metric decides
-    assert _is_better(0.5, True, 0.5, True, higher)  # tie: the later epoch
-    assert not _is_better(0.4, True, 0.5, True, higher)
-    assert _is_better(0.1, True, 0.2, True, False)  # lower is better (rel_l2)
+    assert _is_better(0.5, 1.0, True, None, higher)  # the first round is always a result
+    assert _is_better(0.5, 1.0, False, None, higher)
+    assert _is_better(0.5, 1.0, True, (0.9, 0.1, False), higher)  # fits beats better over budget
+    assert not _is_better(0.99, 0.1, False, (0.5, 1.0, True), higher)  # over never replaces fit
+    assert _is_better(0.9, 1.0, False, (0.5, 0.1, False), higher)  # both over: the metric decides
+    assert _is_better(0.5, 0.3, True, (0.5, 0.4, True), higher)  # metric tie: the lower loss
+    assert not _is_better(0.5, 0.5, True, (0.5, 0.4, True), higher)
+    assert _is_better(0.5, 0.4, True, (0.5, 0.4, True), higher)  # full tie: the later round
+    assert not _is_better(0.4, 0.1, True, (0.5, 0.4, True), higher)
+    assert _is_better(0.1, 0.4, True, (0.2, 0.1, True), False)  # lower is better (rel_l2)
 
 
 def test_checkpoints_load_with_weights_only(tiny_run):

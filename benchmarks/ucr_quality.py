@@ -1,0 +1,297 @@
+"""Default search quality on every bundled set, against the tools a user would otherwise pick.
+
+For each bundled UCR/UEA set and each seed, on the same split (the task's train/val/test):
+- the default search, `python -m search.run --task T --seed S`, no tuning flag (DNArch(K,R,W,D));
+- the base CCNN with the same recipe (`--learn none`);
+- MiniRocket + a ridge classifier (sktime's transformer, fitted on train + val: no selection
+  needed), timed here;
+- the published 1-NN (Euclidean) and InceptionTime figures of the task table (search/tasks/ucr.py).
+On the 2-D sets (mnist5k, digits) a LeNet-style CNN trained here on the same split stands in for
+the peers. Runs are real `search.run` processes, two at a time, one thread each, reused when their
+run directory is complete (search_quality.py's machinery).
+
+    python benchmarks/ucr_quality.py --seeds 3                      # the table in README
+    python benchmarks/ucr_quality.py --tasks ucr:GunPoint --seeds 1 --out /tmp/uq   # one set
+
+Writes benchmarks/results/ucr_quality.md (and prints it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+for path in (ROOT, ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from search_quality import Run, code_state, describe_arch, execute, fmt  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "ucr_quality.md"
+UCR = ["ucr:GunPoint", "ucr:ItalyPowerDemand", "ucr:ArrowHead", "ucr:OSULeaf", "ucr:ACSF1",
+       "ucr:BasicMotions", "ucr:JapaneseVowels", "ucr:PLAID"]
+IMAGES = ["digits", "mnist5k"]
+VARIANTS = {"search": "KRWD", "base": "none"}
+
+
+def plan_runs(out: Path, tasks: list[str], seeds: int, variants: list[str],
+              extra: list[str]) -> list[Run]:
+    runs = []
+    for task in tasks:
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", task).strip("-")
+        for seed in range(seeds):
+            for variant in variants:
+                learn = VARIANTS[variant]
+                flags = ["--task", task, "--seed", str(seed), *extra]
+                if learn != "KRWD":
+                    flags += ["--learn", learn]
+                runs.append(Run(task, variant, seed, out / f"{slug}-{learn}-s{seed}", flags))
+    return runs
+
+
+def minirocket(task_name: str, seed: int) -> tuple[float, float]:
+    """(test accuracy, seconds) of MiniRocket + RidgeClassifierCV, fitted on train + val."""
+    import numpy as np
+    from sklearn.linear_model import RidgeClassifierCV
+    from sktime.transformations.panel.rocket import MiniRocketMultivariate
+
+    from search.tasks import load_task
+
+    task = load_task(task_name, seed=seed)
+    x = np.concatenate([task.x_train, task.x_val]).astype(np.float64)
+    y = np.concatenate([task.y_train, task.y_val])
+    t0 = time.perf_counter()
+    transform = MiniRocketMultivariate(random_state=seed)
+    features = transform.fit_transform(x)
+    ridge = RidgeClassifierCV(alphas=np.logspace(-3, 3, 10)).fit(features, y)
+    accuracy = float(ridge.score(transform.transform(task.x_test.astype(np.float64)),
+                                 task.y_test))
+    return accuracy, time.perf_counter() - t0
+
+
+def lenet(task_name: str, seed: int, epochs: int = 30) -> tuple[float, float]:
+    """(test accuracy, seconds) of a LeNet-style CNN (two 3x3 conv-BN-ReLU-pool stages, two linear
+    layers), AdamW with cosine decay, the best validation epoch's weights on test."""
+    import copy
+
+    import torch
+    from torch import nn
+
+    from search.tasks import load_task
+
+    task = load_task(task_name, seed=seed)
+    torch.manual_seed(seed)
+    mean, std = float(task.x_train.mean()), float(task.x_train.std())
+
+    def tensor(x):
+        return (torch.as_tensor(x, dtype=torch.float32) - mean) / std
+
+    xtr, ytr = tensor(task.x_train), torch.as_tensor(task.y_train)
+    xval, yval = tensor(task.x_val), torch.as_tensor(task.y_val)
+    xte, yte = tensor(task.x_test), torch.as_tensor(task.y_test)
+    side = xtr.shape[-1]
+    net = nn.Sequential(
+        nn.Conv2d(xtr.shape[1], 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * (side // 4) ** 2, 128), nn.ReLU(), nn.Dropout(0.3),
+        nn.Linear(128, task.out_channels))
+    steps = epochs * (len(xtr) // 64)
+    opt = torch.optim.AdamW(net.parameters(), lr=2e-3, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+
+    def accuracy(x, y) -> float:
+        net.eval()
+        with torch.no_grad():
+            return float((net(x).argmax(1) == y).float().mean())
+
+    t0 = time.perf_counter()
+    best, best_state = -1.0, None
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        net.train()
+        order = torch.randperm(len(xtr), generator=g)
+        for i in range(len(xtr) // 64):
+            idx = order[i * 64 : (i + 1) * 64]
+            loss = nn.functional.cross_entropy(net(xtr[idx]), ytr[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+        val = accuracy(xval, yval)
+        if val >= best:
+            best, best_state = val, copy.deepcopy(net.state_dict())
+    net.load_state_dict(best_state)
+    return accuracy(xte, yte), time.perf_counter() - t0
+
+
+def peer(task: str, seed: int) -> tuple[str, float, float]:
+    import torch
+
+    torch.set_num_threads(1)
+    if task.startswith("ucr:"):
+        return ("MiniRocket", *minirocket(task, seed))
+    return ("LeNet", *lenet(task, seed))
+
+
+def anchors(task: str) -> dict:
+    if not task.startswith("ucr:"):
+        return {}
+    from search.tasks.ucr import ANCHORS
+
+    return ANCHORS.get(task[4:], {})
+
+
+def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) -> str:
+    import torch
+
+    lines = ["| set | test series | default search | base CCNN | peer | 1-NN | InceptionTime "
+             "| search s/run | base s/run | peer s/run | stalled runs (restarted) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    means = {"search": [], "base": [], "peer": []}
+    wins, one_nn_ok, std_ok, notes, archs = 0, [], [], [], []
+    for task in args.tasks:
+        cell, walls, restarts = {}, {}, []
+        for variant in args.variants:
+            rs = [results[r.run_dir] for r in runs
+                  if r.key == task and r.variant == variant and r.run_dir in results]
+            acc = [s["test_metric"] for s in rs]
+            cell[variant] = acc
+            walls[variant] = [s["wall_seconds"] for s in rs]
+            restarts += [s.get("restarts", 0) for s in rs]
+        peer_rows = [peers[(task, s)] for s in range(args.seeds) if (task, s) in peers]
+        peer_acc = [p[1] for p in peer_rows]
+        a = anchors(task)
+        n_test = results[next(r.run_dir for r in runs if r.key == task
+                              and r.run_dir in results)]["n_test"] if cell.get("search") else 0
+        for key, values in (("search", cell.get("search")), ("base", cell.get("base")),
+                            ("peer", peer_acc)):
+            if values:
+                means[key].append(statistics.mean(values))
+        if cell.get("search") and peer_acc:
+            wins += statistics.mean(cell["search"]) > statistics.mean(peer_acc)
+        if cell.get("search") and "1nn_ed" in a:
+            one_nn_ok.append(statistics.mean(cell["search"]) >= a["1nn_ed"])
+        if cell.get("search") and len(cell["search"]) > 1 and n_test >= 100:
+            std_ok.append((task, statistics.stdev(cell["search"])))
+        stalled = sum(1 for r in restarts if r)
+        lines.append(
+            f"| {task} | {n_test} | {fmt(cell.get('search', []))} | {fmt(cell.get('base', []))} "
+            f"| {peer_rows[0][0] if peer_rows else '–'} {fmt(peer_acc)} "
+            f"| {a.get('1nn_ed', '–')} | {a.get('inceptiontime_split0', '–')} "
+            f"| {fmt(walls.get('search', []), 0)} | {fmt(walls.get('base', []), 0)} "
+            f"| {fmt([p[2] for p in peer_rows], 1)} | {stalled} of {len(restarts)} |")
+        done = [r for r in runs if r.key == task and r.variant == "search"
+                and r.run_dir in results]
+        if done:
+            archs.append(f"- {task} (seed {done[0].seed}): {describe_arch(done[0].run_dir)}")
+    command = " ".join(["python benchmarks/ucr_quality.py", *sys.argv[1:]])
+    out = [
+        "# Default search quality on the bundled sets",
+        "",
+        "Each cell: test accuracy, mean ± std over seeds, same split for every method (the task's "
+        "train / val / test; MiniRocket fits train + val). *default search* is "
+        "`python -m search.run --task T --seed S` with no other flag; *base CCNN* adds "
+        "`--learn none`; s/run is the search's training time (summary.json wall_seconds).",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, {args.jobs} runs at a time, "
+        f"1 thread each; Python {platform.python_version()}, torch {torch.__version__}; "
+        f"{seconds / 60:.0f} min wall.  ",
+        f"Code: {code_state()}." + (f"  \n**Every run also** `{args.extra}`." if args.extra
+                                      else ""),
+        "",
+        *lines,
+        "",
+    ]
+    if means["search"] and means["peer"]:
+        out.append(f"- Mean over the sets: default search {statistics.mean(means['search']):.3f}"
+                   + (f", base CCNN {statistics.mean(means['base']):.3f}" if means["base"]
+                      else "")
+                   + f", peer {statistics.mean(means['peer']):.3f}; the search is ahead of the "
+                   f"peer on {wins} of {len(args.tasks)} sets.")
+    if one_nn_ok:
+        out.append(f"- Default search ≥ 1-NN on {sum(one_nn_ok)} of {len(one_nn_ok)} sets.")
+    if std_ok:
+        out.append("- Seed std on sets with ≥ 100 test series: "
+                   + ", ".join(f"{t} {s:.3f}" for t, s in std_ok) + ".")
+    out += ["", "## Architectures found (default search, first seed)", "",
+            "Per block: kernel size K and resolution R per axis, widths n_in/n_mid/n_out.", "",
+            *archs, *notes]
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="runs/ucr_quality", help="where run directories go")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
+    parser.add_argument("--tasks", nargs="*", default=UCR + IMAGES)
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--no-peer", action="store_true", help="skip MiniRocket / LeNet")
+    parser.add_argument("--extra", default="", help="more search.run flags for every run, for "
+                        "ablations (use another --out)")
+    parser.add_argument("--results", default=str(RESULTS), help="markdown file to write")
+    args = parser.parse_args()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    runs = plan_runs(out, args.tasks, args.seeds, args.variants, args.extra.split())
+    peer_cache = out / "peers.json"
+    peers = {tuple(json.loads(k)): v for k, v in json.loads(peer_cache.read_text()).items()} \
+        if peer_cache.exists() else {}
+    t0 = time.time()
+    results, failed, timings = {}, {}, {}
+    with ThreadPoolExecutor(args.jobs) as pool, tqdm(total=len(runs), desc="runs",
+                                                      disable=bool(os.environ.get("CI"))) as bar:
+        futures = {pool.submit(execute, run, timings): run for run in runs}
+        if not args.no_peer:
+            for task in args.tasks:
+                for seed in range(args.seeds):
+                    if (task, seed) not in peers:
+                        futures[pool.submit(peer, task, seed)] = (task, seed)
+        for future in as_completed(futures):
+            key = futures[future]
+            try:
+                value = future.result()
+            except Exception as e:  # noqa: BLE001 - report every failure, keep the others
+                failed[key] = e
+                print(f"FAILED {key}: {e}", file=sys.stderr)
+                continue
+            if isinstance(key, tuple):
+                peers[key] = value
+                peer_cache.write_text(json.dumps({json.dumps(k): v for k, v in peers.items()}))
+            else:
+                results[key.run_dir] = {**value, "n_test": _n_test(key.run_dir)}
+                bar.update(1)
+    text = report(args, runs, results, peers, time.time() - t0)
+    print(text)
+    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.results).write_text(text)
+    return 1 if failed else 0
+
+
+_SIZES: dict[str, int] = {}
+
+
+def _n_test(run_dir: Path) -> int:
+    """Test series in the run's split."""
+    task = json.loads((run_dir / "config.json").read_text())["task"]
+    if task not in _SIZES:
+        from search.tasks import load_task
+
+        _SIZES[task] = len(load_task(task, seed=0).y_test)
+    return _SIZES[task]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
