@@ -1,4 +1,4 @@
-"""The run directory: the contract between search, export and the dashboard (design.md).
+"""The run directory: the contract between search, export and the dashboard.
 
     RUN_DIR/
       config.json          resolved configuration, seed, package versions, device
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .architecture import Architecture, SchemaError
+from .model import DNArch, ModelConfig
+from .tasks import Task, load_task
 
 RUN_SCHEMA = "dnarch-run"
 RUN_VERSION = 1
@@ -125,8 +127,8 @@ class Run:
 
     path: Path
     config: dict[str, Any]
-    model: Any  # DNArch
-    task: Any  # search.tasks.Task
+    model: DNArch
+    task: Task | None  # None when loaded with with_task=False
     architecture: Architecture | None
     summary: dict[str, Any] | None
 
@@ -153,8 +155,6 @@ def load_run(run_dir: str | Path, weights: str = "best", with_task: bool = True)
 
     ``weights`` is "best" (the best validation epoch, the one summary.json reports) or "last".
     """
-    from .model import DNArch, ModelConfig
-
     path = check_run_dir(run_dir)
     config = read_config(path)
     try:
@@ -168,8 +168,6 @@ def load_run(run_dir: str | Path, weights: str = "best", with_task: bool = True)
     model.eval()
     task = None
     if with_task:
-        from search.tasks import load_task  # the task loaders live with the search
-
         task = load_task(config["task"], seed=config["seed"], **config.get("task_options", {}))
     architecture = read_architecture(path) if (path / ARCHITECTURE).exists() else None
     summary = read_summary(path) if (path / SUMMARY).exists() else None

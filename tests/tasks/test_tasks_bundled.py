@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from dnarch_deploy.tasks.base import channel_stats
 from search.tasks import load_task
-from search.tasks.base import channel_stats
 
 # Published shapes (research/datasets.md section 1): train, test, length, classes, channels,
 # and the 1-NN Euclidean accuracy on the official split, which pins the split down exactly.

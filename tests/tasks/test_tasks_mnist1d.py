@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from search.tasks import load_task, mnist1d
+from dnarch_deploy.tasks import load_task, mnist1d
 
 # Values printed by mnist1d 0.0.2.post1: make_dataset(get_dataset_args()) (seed 42).
 REF_X0_HEAD = [-0.33200566736939013, -0.4719103656557236, -0.778697076293495,
