@@ -13,6 +13,8 @@ import onnx
 import pytest
 import torch
 
+from dnarch_deploy import Architecture
+from dnarch_deploy.cost import architecture_cost
 from dnarch_deploy.rundir import RunError
 from export.onnx import main
 from export.pipeline import ExportOptions, export_model, export_run
@@ -61,6 +63,9 @@ def test_report_has_what_other_tools_read(exported_run):
         assert entry["measured_ms"] > 0 and entry["theoretical"] > 0
     assert latency["total"]["theoretical"] == pytest.approx(
         sum(v["theoretical"] for v in latency["layers"].values()))
+    # "paper": the search's cost of the found architecture, the figure its budget constrained
+    found = Architecture.from_dict(arch["found"])
+    assert latency["total"]["paper"] == pytest.approx(architecture_cost(found), rel=1e-9)
     assert latency["threads"] == 1 and latency["batches"] == [1, 4]
     assert set(latency["eager"]) == {"trained_ms", "static_ms", "lowered_ms"}
 
