@@ -5,11 +5,13 @@ Layer costs are pure functions of sizes; a size may be an int (a frozen architec
 ``size()`` (the search's complexity loss). Terms follow appendix C, with two choices made explicit:
 
 - the Fourier convolution costs ``C N log2 N`` for C depthwise channels (the paper writes
-  ``L log L`` per channel and leaves the channel count implicit), where N is the length the FFTs
-  actually run at: a linear (not circular) convolution at resolution R with k taps needs
-  N = prod over axes of (R + k - 1). This is where the kernel size enters the cost (through k, the
-  kernel's extent K scaled to the block's resolution: k = K R / S), so L_comp pushes on the kernel
-  mask too; with ``L log L`` it would be the only mask the budget cannot see;
+  ``L log L`` per channel and leaves the channel count implicit), where N is the length the
+  block's FFTs need: a 'same' convolution at resolution R with t taps needs N = prod over axes of
+  (R + t // 2) (:func:`dnarch_deploy.spectral.conv_fft_length`, the rule training and export
+  use; they round N up to a fast FFT length, which the cost leaves out). This is where the
+  kernel size enters the cost (through t, the kernel's extent K scaled to the block's
+  resolution: t = K R / S), so L_comp pushes on the kernel mask too; with ``L log L`` it would be
+  the only mask the budget cannot see;
 - pointwise terms are BatchNorm, GELU and the residual add; dropout is free at inference.
 
 One function sums them for a whole network, :func:`network_cost`; the search's loss
@@ -31,6 +33,7 @@ from torch import Tensor
 
 from . import masks as M
 from .model import DNArch, Plan
+from .spectral import conv_fft_length
 
 Size = Tensor | float
 
@@ -55,10 +58,10 @@ def pointwise_cost(length: Size, channels: Size) -> Size:
     return length * channels
 
 
-def fft_length(resolution: Sequence[Size], kernel: Sequence[Size], size: tuple[int, ...]) -> Size:
-    """N = prod_a (R_a + K_a R_a / S_a - 1): the FFT size of a linear convolution at resolution R
-    of a kernel spanning K_a input samples (K_a R_a / S_a taps at that resolution)."""
-    return math.prod(r + k * r / s - 1.0 for r, k, s in zip(resolution, kernel, size))
+def fft_length(resolution: Sequence[Size], taps: Sequence[Size]) -> Size:
+    """N = prod_a conv_fft_length(R_a, t_a) = prod_a (R_a + t_a // 2): the FFT size of a 'same'
+    convolution at resolution R with t_a taps per axis (relaxed sizes: R_a + (t_a - 1) / 2)."""
+    return math.prod(conv_fft_length(r, t) for r, t in zip(resolution, taps))
 
 
 def block_cost(
@@ -211,7 +214,10 @@ def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
     return network_cost(
         length=length, in_channels=c.in_channels, out_channels=c.out_channels, dense=c.dense,
         stream=stream, resolution=math.prod(res_axes), n_in=n_in, n_mid=n_mid, n_out=n_out,
-        fft_size=fft_length(res_axes, kernel, c.input_size), block_weights=weights,
+        # a kernel spanning K input samples has K R / S taps at resolution R
+        fft_size=fft_length(res_axes, [k * r / s for k, r, s in zip(kernel, res_axes,
+                                                                    c.input_size)]),
+        block_weights=weights,
     )
 
 
@@ -219,7 +225,7 @@ def base_cost(config) -> float:
     """The cost of the base network CCNN_{D,H} a config describes: the default C_target."""
     length = float(math.prod(config.input_size))
     full = torch.full((config.depth,), float(config.width), dtype=torch.float64)
-    n = fft_length(list(config.input_size), list(config.max_kernel), config.input_size)
+    n = fft_length(config.input_size, config.max_kernel)
     cost = network_cost(
         length=length, in_channels=config.in_channels, out_channels=config.out_channels,
         dense=config.dense, stream=float(config.width), resolution=torch.full_like(full, length),
@@ -248,10 +254,7 @@ def architecture_terms(arch) -> dict:
         resolution=column(math.prod(b.resolution) for b in blocks),
         n_in=column(b.n_in for b in blocks), n_mid=column(b.n_mid for b in blocks),
         n_out=column(b.n_out for b in blocks),
-        # taps t at resolution R span t S / R input samples
-        fft_size=column(fft_length(b.resolution, [t * s / r for t, s, r in
-                                                  zip(b.kernel_taps, size, b.resolution)], size)
-                        for b in blocks),
+        fft_size=column(fft_length(b.resolution, b.kernel_taps) for b in blocks),
     )
 
 

@@ -14,8 +14,9 @@
   ``dft``     ``torch.fft`` in the graph, exported as the ONNX ``DFT`` op (:class:`DFTConv`).
 
 All three compute the same cross-correlation as :func:`dnarch_deploy.spectral.direct_conv`. The FFT
-forms use circular convolution of length N >= L + K // 2 per axis, which is enough for the 'same'
-window: the wrapped-around part of the result lies outside it.
+forms use circular convolution of length N >= L + K // 2 per axis
+(:func:`dnarch_deploy.spectral.conv_fft_length`, the rule training's FFT convolution uses too),
+which is enough for the 'same' window: the wrapped-around part of the result lies outside it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dnarch_deploy.cost import fourier_conv_cost
-from dnarch_deploy.spectral import resample_matrix
+from dnarch_deploy.spectral import conv_fft_length, resample_matrix
 
 from .static import Resample, StaticBlock, StaticNet
 
@@ -259,10 +260,10 @@ def dft_matrix(n: int) -> np.ndarray:
     return np.exp(-2j * np.pi * (np.outer(j, j) % n) / n)
 
 
-def four_step_factors(length: int, half: int) -> tuple[int, int]:
-    """(N1, N2) with N1 * N2 >= length + half minimising :func:`_four_step_macs` (N2 = 1: one
-    dense DFT matrix)."""
-    n = length + half
+def four_step_factors(length: int, taps: int) -> tuple[int, int]:
+    """(N1, N2) with N1 * N2 >= conv_fft_length(length, taps) minimising :func:`_four_step_macs`
+    (N2 = 1: one dense DFT matrix)."""
+    n = conv_fft_length(length, taps)
     best = None
     for n2 in range(1, max(2, math.isqrt(n)) + 1):
         n1 = -(-n // n2)
@@ -301,7 +302,7 @@ class MatMulFFTConv(nn.Module):
         self.taps = taps
         self.length = size[0] if len(size) == 1 else None  # 1-D: pad/reshape/crop around it
         if len(size) == 1:
-            n1, n2 = four_step_factors(size[0], taps[0] // 2)
+            n1, n2 = four_step_factors(size[0], taps[0])
             rows_in = -(-size[0] // n2)
             self.grid = (rows_in, n2)
             self.pad = rows_in * n2 - size[0]
@@ -314,7 +315,7 @@ class MatMulFFTConv(nn.Module):
             scale = n1 * n2
         else:
             (h, w), (th, tw) = size, taps
-            n1, n2 = h + th // 2, w + tw // 2
+            n1, n2 = conv_fft_length(h, th), conv_fft_length(w, tw)
             self.grid, self.pad = (h, w), 0
             spec = np.fft.fft2(circular_kernel(k, (n1, n2)))  # (C, N1, N2)
             f_rows = dft_matrix(n1)[:, :h]
@@ -385,9 +386,10 @@ class MatMulFFTConv(nn.Module):
         return f"channels={self.channels}, N={self.n}, {kind}, pad={self.pad}"
 
 
-def fft_size(length: int, half: int) -> int:
-    """The power of two >= length + half: onnxruntime's DFT is radix-2 only there (and exact)."""
-    return 1 << (length + half - 1).bit_length()
+def fft_size(length: int, taps: int) -> int:
+    """The power of two >= conv_fft_length(length, taps): onnxruntime's DFT is radix-2 only
+    there (and exact)."""
+    return 1 << (conv_fft_length(length, taps) - 1).bit_length()
 
 
 class DFTConv(nn.Module):
@@ -396,7 +398,7 @@ class DFTConv(nn.Module):
     def __init__(self, kernel: Tensor, size: tuple[int, ...]):
         super().__init__()
         self.sizes, self.taps = tuple(size), tuple(kernel.shape[1:])
-        self.n = tuple(fft_size(s, k // 2) for s, k in zip(size, kernel.shape[1:]))
+        self.n = tuple(fft_size(s, k) for s, k in zip(size, kernel.shape[1:]))
         g = circular_kernel(kernel.detach().double().numpy(), self.n)
         self.register_buffer("g", torch.from_numpy(g).float())  # (C, *N)
 
@@ -430,7 +432,7 @@ def conv_macs(tactic: str, channels: int, size: tuple[int, ...], taps: tuple[int
     if tactic == "matmul":
         kernel = torch.zeros(channels, *taps)
         return MatMulFFTConv(kernel, size).macs()
-    n = math.prod(fft_size(s, k // 2) for s, k in zip(size, taps))
+    n = math.prod(fft_size(s, k) for s, k in zip(size, taps))
     return float(fourier_conv_cost(float(n), channels))
 
 
