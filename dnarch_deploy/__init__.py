@@ -1,6 +1,6 @@
 """dnarch-deploy: learn a CNN's whole architecture by backpropagation (DNArch), then ship it."""
 
-from .architecture import Architecture, BlockArchitecture, SchemaError, describe
+from .architecture import Architecture, BlockArchitecture, SchemaError, describe, set_masks
 from .cost import base_cost, complexity_loss, model_cost
 from .model import DNArch, ModelConfig
 from .rundir import Run, RunError, load_run
@@ -18,5 +18,6 @@ __all__ = [
     "describe",
     "load_run",
     "model_cost",
+    "set_masks",
 ]
 __version__ = "0.1.0"
