@@ -77,7 +77,7 @@ class Options:
     batch: int = 16  # the larger batch measured besides batch 1
     repeats: int = 30  # timed repetitions (medians)
     seed: int = 0
-    quick: bool = False  # L=256, 8 repetitions; nothing written
+    quick: bool = False  # L=128, 8 repetitions; nothing written
 
 
 def set_found(model: DNArch) -> None:

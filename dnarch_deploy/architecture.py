@@ -1,4 +1,4 @@
-"""The found architecture as plain, versioned JSON (design.md "The run directory").
+"""The found architecture as plain, versioned JSON (a file of the run directory, see rundir.py).
 
 Written per epoch to ``architectures.jsonl`` and at the end to ``architecture.json``; read by export
 and the dashboard. Reading validates every field and names the file and field that is wrong.

@@ -6,7 +6,8 @@
       architectures.jsonl  one architecture snapshot per epoch
       architecture.json    the final architecture
       summary.json         test metric(s), complexity ratio, parameters, MACs, wall time
-      checkpoints/         model.safetensors (last), best.safetensors, state.pt (resume)
+      checkpoints/         model.safetensors (last), best.safetensors, and epoch-NNNNN/ (the
+                           newest epoch's model.safetensors and state.pt: what --resume reads)
       export/              written by export
 
 The file names, required keys and schema version are written down here once; every reader goes
@@ -35,7 +36,6 @@ SUMMARY = "summary.json"
 CHECKPOINTS = "checkpoints"
 LAST_WEIGHTS = "checkpoints/model.safetensors"
 BEST_WEIGHTS = "checkpoints/best.safetensors"
-TRAIN_STATE = "checkpoints/state.pt"
 EXPORT = "export"
 
 CONFIG_KEYS = ("schema", "version", "task", "seed", "model", "train")

@@ -1,4 +1,4 @@
-"""Export a found DNArch network for deployment (design.md "Export pipeline").
+"""Export a found DNArch network for deployment.
 
 Stages, each a function (``python -m export.onnx RUN_DIR`` runs them all):
 

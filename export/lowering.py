@@ -458,7 +458,7 @@ def tactic_costs(static: StaticNet) -> list[dict[str, float]]:
 def cheapest(costs: list[dict[str, float]]) -> list[str]:
     """Per block, the portable tactic with the lower theoretical cost. The DFT op is only ever
     chosen by measurement (--tune): onnxruntime's DFT kernel is far slower than its operation
-    count says (research/feasibility.md §3)."""
+    count says (benchmarks/export_speed.py times it beside the other tactics)."""
     return [min(PORTABLE, key=c.get) for c in costs]
 
 
