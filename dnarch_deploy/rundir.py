@@ -19,11 +19,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .architecture import Architecture, SchemaError
-from .model import DNArch, ModelConfig
 from .tasks import Task, load_task
+
+if TYPE_CHECKING:  # torch is imported only by load_run: reading records needs none
+    from .model import DNArch
 
 RUN_SCHEMA = "dnarch-run"
 RUN_VERSION = 1
@@ -155,6 +157,8 @@ def load_run(run_dir: str | Path, weights: str = "best", with_task: bool = True)
 
     ``weights`` is "best" (the best validation epoch, the one summary.json reports) or "last".
     """
+    from .model import DNArch, ModelConfig
+
     path = check_run_dir(run_dir)
     config = read_config(path)
     try:

@@ -42,10 +42,19 @@ def test_loading_the_library_loads_no_application():
     assert out.stdout.strip() == "[]"
 
 
+def test_reading_records_and_running_an_export_need_no_torch():
+    """The run directory's records and schema, the task loaders and onnxruntime inference
+    (export.infer) import no torch: torch is loaded with the model."""
+    code = ("import sys, dnarch_deploy, dnarch_deploy.rundir, dnarch_deploy.tasks, export.infer\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_run_fields_are_typed_by_the_library():
     from dnarch_deploy import DNArch, Run
     from dnarch_deploy.tasks import Task
 
-    hints = typing.get_type_hints(Run)
+    hints = typing.get_type_hints(Run, localns={"DNArch": DNArch})  # DNArch: a lazy import
     assert hints["model"] is DNArch
     assert hints["task"] == Task | None
