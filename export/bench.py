@@ -3,9 +3,9 @@ trained model and the static module in eager PyTorch measured in the same run.
 
 Theoretical figures are multiply-accumulates per sample:
 
-- ``theoretical``: the lowered layer's own operators, per tactic (export.lowering.conv_macs: direct
+- ``theoretical``: the lowered layer's own operators, per tactic (export.tactics.conv_macs: direct
   conv C*L*K, MatMul-FFT its MatMuls, DFT op C*N*log2 N) plus the resampling as executed (per axis
-  dense MatMul n*m per line, or the factored four-step form's MatMuls: export.lowering
+  dense MatMul n*m per line, or the factored four-step form's MatMuls: export.resampling
   .resample_macs);
 - ``paper``: the search's cost model for the found architecture, per layer
   (:func:`dnarch_deploy.cost.layer_costs`; appendix C: Fourier convolution C*N*log2 N, resampling
@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from dnarch_deploy import Architecture, DNArch, describe
 from dnarch_deploy.cost import decoder_cost, layer_costs, linear_cost, pointwise_cost
 
-from .lowering import conv_macs
 from .static import StaticNet
+from .tactics import conv_macs
 from .timing import layer_latency, layer_models, measure, runner, session
 
 

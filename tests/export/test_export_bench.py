@@ -10,7 +10,8 @@ import pytest
 from dnarch_deploy import describe
 from dnarch_deploy.cost import architecture_cost, encoder_cost
 from export.bench import theoretical_costs
-from export.lowering import cheapest, lower, tactic_costs
+from export.lowering import lower
+from export.policy import cheapest, tactic_costs
 from export.static import freeze, materialize
 
 from .export_cases import random_model
