@@ -58,3 +58,15 @@ def test_run_fields_are_typed_by_the_library():
     hints = typing.get_type_hints(Run, localns={"DNArch": DNArch})  # DNArch: a lazy import
     assert hints["model"] is DNArch
     assert hints["task"] == Task | None
+
+
+def test_no_application_imports_another():
+    """search, export and dashboard meet only in the library and the run directory."""
+    root = LIBRARY.parent
+    offenders = {}
+    for app in APPLICATIONS:
+        for f in sorted((root / app).rglob("*.py")):
+            others = imported_packages(f) & (set(APPLICATIONS) - {app})
+            if others:
+                offenders[str(f.relative_to(root))] = sorted(others)
+    assert offenders == {}
