@@ -44,16 +44,12 @@ from dnarch_deploy.spectral import fft_conv
 from export.bench import theoretical_costs
 from export.calibration import calibrate
 from export.emit import to_onnx
-from export.lowering import TACTICS, lower, make_conv
+from export.lowering import lower
+from export.policy import fastest, fastest_network, resample_choice
 from export.static import freeze, materialize
+from export.tactics import TACTICS, make_conv
 from export.timing import measure, runner, session
-from export.tune import (
-    fastest,
-    fastest_network,
-    measure_resample,
-    measure_tactics,
-    resample_choice,
-)
+from export.tune import measure_resample, measure_tactics
 
 RESULTS = Path(__file__).parent / "results" / "export_speed.md"
 # the found state, per block: (n_in, n_mid, n_out) as fractions of 2H, resolution fraction,
@@ -77,7 +73,7 @@ class Options:
     batch: int = 16  # the larger batch measured besides batch 1
     repeats: int = 30  # timed repetitions (medians)
     seed: int = 0
-    quick: bool = False  # L=256, 8 repetitions; nothing written
+    quick: bool = False  # L=128, 8 repetitions; nothing written
 
 
 def set_found(model: DNArch) -> None:
@@ -253,7 +249,7 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
         lines.append(f"| {r['length']} | {r['state']} | {mix} | {r['ort_direct']:.3f} | "
                      f"{r['ort_matmul']:.3f} | {r['ort_dft']:.3f} | {best} | "
                      f"{mix_ratios[-1]:.3f} |")
-    lines += ["", "Whole-network tuning (export.tune.fastest_network: the per-layer choice "
+    lines += ["", "Whole-network tuning (export.policy.fastest_network: the per-layer choice "
               "against each single tactic for every block, timed as whole networks during "
               "tuning; ms, batch 1):", ""]
     for r in nets:

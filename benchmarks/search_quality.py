@@ -92,7 +92,7 @@ def prepare_mnist(path: Path) -> None:
         return
     import numpy as np
 
-    from search.tasks import load_task
+    from dnarch_deploy.tasks import load_task
 
     task = load_task("mnist5k", seed=0)
 
@@ -110,7 +110,7 @@ def prepare_mnist(path: Path) -> None:
 
 def generate(task: str, seeds: int) -> None:
     """Generate (and cache) each generated task's data once, before runs start in parallel."""
-    from search.tasks import load_task
+    from dnarch_deploy.tasks import load_task
 
     if task.startswith(("darcy", "listops", "pathfinder")):
         for seed in range(seeds):  # generated tasks draw their data from the seed

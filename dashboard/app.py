@@ -189,12 +189,15 @@ def deployment_view(run: Path, key: str, wide: bool) -> None:
 
     def latency() -> None:
         batches = data.latency_batches(report)
+        if not batches:
+            st.info("Latency was not measured (export --no-bench).")
+            return
         left, right = st.columns(2)
         batch = left.selectbox("Batch", batches, key=f"{key}-batch")
         cost = right.radio("Theoretical cost", ["theoretical", "paper"], horizontal=True,
                            key=f"{key}-cost", help="theoretical: MACs of the lowered operators; "
                            "paper: the search's cost model (appendix C)")
-        frame = data.latency_frame(run, report, batch, cost)
+        frame = data.latency_frame(report, batch, cost)
         total = frame.iloc[-1]
         a, b, c = st.columns(3)
         a.metric(f"onnxruntime total (batch {batch})", f"{total['measured_ms']:.3f} ms")
@@ -210,22 +213,22 @@ def deployment_view(run: Path, key: str, wide: bool) -> None:
                                     "paper": number("localized"),
                                     "measured_ms": number("%.4f"),
                                     "theoretical_ms": number("%.4f")})
-        totals = data.totals_frame(run, report)
+        totals = data.totals_frame(report)
         if not totals.empty:
             chart(figures.totals_figure(totals), f"{key}-latency-totals")
 
     def equivalence() -> None:
-        frame = data.equivalence_frame(run, report)
+        frame = data.equivalence_frame(report)
         st.dataframe(frame, hide_index=True, key=f"{key}-equivalence-table",
                      column_config={"max_abs": number("%.2e"), "max_rel": number("%.2e")})
         tolerance = data.report_tolerance(report)
         chart(figures.equivalence_figure(frame, tolerance), f"{key}-equivalence")
 
     def ops() -> None:
-        chart(figures.ops_figure(data.ops_frame(run, report)), f"{key}-ops")
+        chart(figures.ops_figure(data.ops_frame(report)), f"{key}-ops")
 
     def backends() -> None:
-        st.dataframe(data.backends_frame(run, report), hide_index=True, key=f"{key}-backends")
+        st.dataframe(data.backends_frame(report), hide_index=True, key=f"{key}-backends")
 
     def artifacts() -> None:
         st.dataframe(data.artifacts_frame(run), hide_index=True, key=f"{key}-artifacts",

@@ -2,8 +2,8 @@
 
 Everything goes through :mod:`dnarch_deploy.rundir`, so a damaged file raises a ``RunError`` (a
 ``SchemaError``) whose message names the file and the field; the app shows that message.
-The export report (written by ``python -m export.onnx``) is checked field by field as it is read:
-:func:`latency_frame` lists what it accepts, and a wrong field is a RunError naming it.
+The export report (written by ``python -m export.onnx``) is read through its one schema,
+:func:`dnarch_deploy.rundir.read_report`, which checks it field by field as it is read.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dnarch_deploy import rundir
 from dnarch_deploy.architecture import Architecture, SchemaError
 from dnarch_deploy.rundir import RunError
 
-REPORT = "export/report.json"
+REPORT = rundir.REPORT
 LIVE_SECONDS = 600.0  # a run without summary.json whose metrics changed this recently is training
 MAX_DEPTH = 4  # how deep under the runs directory run directories are looked for
 
@@ -223,88 +223,53 @@ def architecture_facts(arch: Architecture) -> dict[str, Any]:
 
 
 # --- the export report ----------------------------------------------------------------------------
+# Its schema is dnarch_deploy.rundir.read_report's: the frames below build on what it checked.
 
 
 def read_report(run: Path) -> dict[str, Any]:
-    """export/report.json with its required keys (equivalence, ops, latency, backends)."""
-    return rundir.read_json(Path(run) / REPORT, rundir.REPORT_KEYS)
-
-
-def _where(run: Path, field: str) -> str:
-    return f"{Path(run) / REPORT}: field '{field}'"
-
-
-def _number(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if ok else None
-
-
-def _object(run: Path, value: Any, field: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise RunError(f"{_where(run, field)} must be an object, got {value!r}")
-    return value
-
-
-def _measured(entry: dict[str, Any], batch: str) -> float | None:
-    """An entry's measured milliseconds at ``batch`` (``measured_ms_by_batch``), else its
-    ``measured_ms`` (batch 1); None when the export did not measure it (--no-per-layer)."""
-    by_batch = entry.get("measured_ms_by_batch")
-    if isinstance(by_batch, dict) and batch in by_batch:
-        return _number(by_batch[batch])
-    return _number(entry.get("measured_ms")) if batch == "1" else None
+    """export/report.json, checked field by field (:func:`dnarch_deploy.rundir.read_report`)."""
+    return rundir.read_report(run)
 
 
 def report_tolerance(report: dict[str, Any]) -> float | None:
     """The relative-error tolerance the export verified against, when the report gives it."""
-    return _number(report.get("tolerance"))
+    return report.get("tolerance")
 
 
 def latency_batches(report: dict[str, Any]) -> list[str]:
-    """The batch sizes the export measured, as strings ("1", "32"); ["1"] when it does not say."""
-    batches = report["latency"].get("batches") if isinstance(report["latency"], dict) else None
-    return [str(b) for b in batches] if isinstance(batches, list) and batches else ["1"]
+    """The batch sizes the export measured, as strings ("1", "32"); none without a benchmark."""
+    latency = report["latency"]
+    return [] if latency is None else [str(b) for b in latency["batches"]]
 
 
-def latency_frame(run: Path, report: dict[str, Any], batch: str = "1",
+def _measured(entry: dict[str, Any], batch: str) -> float | None:
+    """An entry's measured milliseconds at ``batch``; None when the export did not measure it
+    (a layer under --no-per-layer)."""
+    by_batch = entry.get("measured_ms_by_batch", {})
+    if batch in by_batch:
+        return float(by_batch[batch])
+    return entry["measured_ms"] if batch == "1" else None
+
+
+def latency_frame(report: dict[str, Any], batch: str = "1",
                   cost: str = "theoretical") -> pd.DataFrame:
     """One row per layer plus a "total" row: tactic, theoretical and paper MACs per sample,
-    measured_ms (onnxruntime, at ``batch``) and theoretical_ms.
+    measured_ms (onnxruntime, at ``batch``; NaN for a layer not measured) and theoretical_ms.
 
-    Reads ``latency.layers`` ({name: entry} or [{"name", ...}]) and ``latency.total``, each entry
-    with ``theoretical`` (lowered operators), ``paper`` (the search's cost model), ``tactic``,
-    ``measured_ms`` and ``measured_ms_by_batch``. A missing total is the sum of the layers; a
-    layer without a measurement (export --no-per-layer) has measured_ms NaN.
     ``theoretical_ms`` puts ``cost`` ("theoretical" or "paper") in milliseconds: the layer's share
     of the total cost times the measured total, so a layer on y = x takes exactly its share.
     """
-    latency = _object(run, report["latency"], "latency")
-    layers = latency.get("layers", {})
-    if isinstance(layers, list):
-        layers = {str(e.get("name", i)) if isinstance(e, dict) else str(i): e
-                  for i, e in enumerate(layers)}
-    layers = _object(run, layers, "latency.layers")
-    rows = []
-    for name, entry in layers.items():
-        entry = _object(run, entry, f"latency.layers.{name}")
-        if _number(entry.get(cost)) is None:
-            raise RunError(f"{_where(run, f'latency.layers.{name}.{cost}')} is missing or not a "
-                           f"number")
-        rows.append({"layer": name, "tactic": entry.get("tactic"),
-                     "theoretical": _number(entry.get("theoretical")),
-                     "paper": _number(entry.get("paper")), "measured_ms": _measured(entry, batch)})
-    total = latency.get("total")
-    if total is None:
-        total = {key: sum(r[key] or 0.0 for r in rows) for key in ("theoretical", "paper")}
-        total["measured_ms"] = sum(r["measured_ms"] or 0.0 for r in rows) or None
-    total = _object(run, total, "latency.total")
+    latency = report["latency"]
+    rows = [{"layer": name, "tactic": entry.get("tactic"), "theoretical": entry["theoretical"],
+             "paper": entry["paper"], "measured_ms": _measured(entry, batch)}
+            for name, entry in latency["layers"].items()]
+    total = latency["total"]
     measured_total = _measured(total, batch)
-    if measured_total is None:
-        raise RunError(f"{_where(run, 'latency.total.measured_ms')} is missing for batch {batch}")
-    rows.append({"layer": "total", "tactic": None, "theoretical": _number(total.get("theoretical")),
-                 "paper": _number(total.get("paper")), "measured_ms": measured_total})
+    rows.append({"layer": "total", "tactic": None, "theoretical": total["theoretical"],
+                 "paper": total["paper"], "measured_ms": measured_total})
     frame = pd.DataFrame(rows, columns=["layer", "tactic", "theoretical", "paper", "measured_ms"])
     frame["measured_ms"] = frame["measured_ms"].astype(float)
-    cost_total = frame[cost].iloc[-1] or frame[cost].iloc[:-1].sum()
+    cost_total = frame[cost].iloc[-1]
     frame["theoretical_ms"] = frame[cost] / cost_total * measured_total if cost_total else None
     return frame
 
@@ -313,89 +278,47 @@ EAGER_NAMES = {"trained_ms": "PyTorch eager, trained (masked)",
                "static_ms": "PyTorch eager, static", "lowered_ms": "PyTorch eager, lowered"}
 
 
-def totals_frame(run: Path, report: dict[str, Any]) -> pd.DataFrame:
+def totals_frame(report: dict[str, Any]) -> pd.DataFrame:
     """Total latency per backend and batch: onnxruntime (``latency.total``) and the eager
     PyTorch modules the export also timed (``latency.eager``: {name_ms: {batch: ms}})."""
-    latency = _object(run, report["latency"], "latency")
-    rows = []
-    total = latency.get("total")
-    if isinstance(total, dict):
-        for batch in latency_batches(report):
-            ms = _measured(total, batch)
-            if ms is not None:
-                rows.append({"backend": "onnxruntime", "batch": batch, "measured_ms": ms})
-    eager = latency.get("eager", {})
-    for key, by_batch in _object(run, eager, "latency.eager").items():
-        for batch, ms in _object(run, by_batch, f"latency.eager.{key}").items():
-            if _number(ms) is None:
-                raise RunError(f"{_where(run, f'latency.eager.{key}.{batch}')} must be a number, "
-                               f"got {ms!r}")
-            rows.append({"backend": EAGER_NAMES.get(key, key), "batch": str(batch),
-                         "measured_ms": float(ms)})
+    latency = report["latency"]
+    rows = [{"backend": "onnxruntime", "batch": batch, "measured_ms": _measured(latency["total"],
+                                                                               batch)}
+            for batch in latency_batches(report)]
+    rows += [{"backend": EAGER_NAMES.get(key, key), "batch": str(batch), "measured_ms": float(ms)}
+             for key, by_batch in latency.get("eager", {}).items()
+             for batch, ms in by_batch.items()]
     return pd.DataFrame(rows, columns=["backend", "batch", "measured_ms"])
 
 
-def equivalence_frame(run: Path, report: dict[str, Any]) -> pd.DataFrame:
+def equivalence_frame(report: dict[str, Any]) -> pd.DataFrame:
     """One row per verification stage: max_abs, max_rel and, when the report gives its
     ``tolerance``, whether max_rel is within it."""
-    equivalence = _object(run, report["equivalence"], "equivalence")
     tolerance = report_tolerance(report)
     rows = []
-    for stage, entry in equivalence.items():
-        entry = _object(run, entry, f"equivalence.{stage}")
-        row = {"stage": stage}
-        for key in ("max_abs", "max_rel"):
-            if _number(entry.get(key)) is None:
-                raise RunError(f"{_where(run, f'equivalence.{stage}.{key}')} is missing or not a "
-                               f"number")
-            row[key] = float(entry[key])
+    for stage, entry in report["equivalence"].items():
+        row = {"stage": stage, "max_abs": float(entry["max_abs"]),
+               "max_rel": float(entry["max_rel"])}
         if tolerance is not None:
             row["within tolerance"] = row["max_rel"] <= tolerance
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def ops_frame(run: Path, report: dict[str, Any]) -> pd.DataFrame:
-    """Op-type counts: columns graph (None for a single graph), op, count."""
-    ops = _object(run, report["ops"], "ops")
-    rows = []
-    for key, value in ops.items():
-        if isinstance(value, dict):  # {graph: {op: count}}
-            rows += [{"graph": key, "op": op, "count": n} for op, n in value.items()]
-        else:
-            rows.append({"graph": None, "op": key, "count": value})
-    for row in rows:
-        if _number(row["count"]) is None:
-            raise RunError(f"{_where(run, 'ops.' + row['op'])} must be a count, "
-                           f"got {row['count']!r}")
-    frame = pd.DataFrame(rows, columns=["graph", "op", "count"])
+def ops_frame(report: dict[str, Any]) -> pd.DataFrame:
+    """Op-type counts of model.onnx: columns op, count, most frequent first."""
+    frame = pd.DataFrame([{"op": op, "count": n} for op, n in report["ops"].items()],
+                         columns=["op", "count"])
     return frame.sort_values("count", ascending=False, ignore_index=True)
 
 
-def backends_frame(run: Path, report: dict[str, Any]) -> pd.DataFrame:
-    """One row per backend: compatible (True/False/None when unknown) and a detail text."""
-    backends = _object(run, report["backends"], "backends")
-    rows = []
-    for name, value in backends.items():
-        compatible, detail = None, ""
-        if isinstance(value, bool):
-            compatible = value
-        elif isinstance(value, str):
-            detail = value
-            compatible = value.lower() in ("ok", "yes", "true", "compatible", "supported")
-        elif isinstance(value, dict):
-            flag = next((value[k] for k in ("compatible", "ok", "supported") if k in value), None)
-            compatible = flag if isinstance(flag, bool) else None
-            detail = "; ".join(f"{k}: {_short(v)}" for k, v in value.items()
-                               if k not in ("compatible", "ok", "supported"))
-        rows.append({"backend": name, "compatible": compatible, "detail": detail})
+def backends_frame(report: dict[str, Any]) -> pd.DataFrame:
+    """One row per backend: compatible, and the op types it lacks."""
+    rows = [{"backend": name, "compatible": entry["compatible"],
+             "detail": "unsupported_ops: " + (", ".join(entry.get("unsupported_ops", []))
+                                              or "none")}
+            for name, entry in report["backends"].items()]
     return pd.DataFrame(rows, columns=["backend", "compatible", "detail"])
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value) if value else "none"
-    return str(value)
 
 
 def artifacts_frame(run: Path) -> pd.DataFrame:

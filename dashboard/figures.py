@@ -253,8 +253,7 @@ def equivalence_figure(equivalence: pd.DataFrame, tolerance: float | None = None
 def ops_figure(ops: pd.DataFrame) -> go.Figure:
     """Op-type counts (horizontal bars, most frequent on top)."""
     fig = go.Figure()
-    for graph, rows in ops.groupby(ops["graph"].fillna("model"), sort=False):
-        fig.add_bar(y=rows["op"], x=rows["count"], name=str(graph), orientation="h")
+    fig.add_bar(y=ops["op"], x=ops["count"], name="model", orientation="h")
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, "Op types", "count", "op", height=max(HEIGHT, 24 * len(ops) + 100))
 

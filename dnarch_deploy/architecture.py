@@ -1,4 +1,4 @@
-"""The found architecture as plain, versioned JSON (design.md "The run directory").
+"""The found architecture as plain, versioned JSON (a file of the run directory, see rundir.py).
 
 Written per epoch to ``architectures.jsonl`` and at the end to ``architecture.json``; read by export
 and the dashboard. Reading validates every field and names the file and field that is wrong.
@@ -7,6 +7,7 @@ and the dashboard. Reading validates every field and names the file and field th
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -199,3 +200,106 @@ def describe(model, epoch: int | None = None) -> Architecture:
         max_width=c.max_width,
         epoch=epoch,
     )
+
+
+# the sizes set_masks replays and checks, per block (depth_weight is a mask value, not a size)
+_BLOCK_SIZES = ("index", "kernel_size", "resolution", "kernel_taps", "n_in", "n_mid", "n_out")
+
+
+def set_masks(model, arch: Architecture) -> None:
+    """Set a DNArch model's mask parameters so that it describes ``arch``: the inverse of
+    :func:`describe` for the sizes (depth, widths, resolution and kernel per block). Each mask's
+    boundary is put in the middle of the interval that gives the wanted size (within appendix
+    E's ranges), so the sizes survive rounding; the mask values inside the supports (and so the
+    depth weights) are whatever the masks give there.
+
+    Raises ValueError naming the block and field when the model's configuration cannot realise
+    the architecture (another input, a size outside the masks' ranges, a mask it does not learn).
+    """
+    import torch
+
+    from . import masks as M
+    from .spectral import resolution_for_bins
+
+    c = model.config
+    for key in ("input_size", "in_channels", "out_channels", "dense"):
+        want, have = getattr(arch, key), getattr(c, key)
+        if (list(want) if key == "input_size" else want) != (
+                list(have) if key == "input_size" else have):
+            raise ValueError(f"architecture field '{key}' is {want!r}; the model has {have!r}")
+    H, D, T = c.max_width, c.max_depth, c.threshold
+    offset = math.log(1.0 / (1.0 - T) - 1.0)  # mu = x_T + offset / tau (eq. 4 inverted)
+
+    def middle(lo: float, hi: float, where: str, want) -> float:
+        if not lo < hi:
+            raise ValueError(f"architecture {where} = {want!r} is outside what the model's masks "
+                             f"can hold (configuration: learn={c.learn!r}, max_width={H}, "
+                             f"max_depth={D}, input_size={list(c.input_size)})")
+        return 0.5 * (lo + hi)
+
+    def sigmoid_mu(first: int, last: int, n: int, tau: float, where: str, want) -> float:
+        """An offset whose support holds the first k of the n grid positions, for some k in
+        first ... last (several counts may give the same size)."""
+        mu_lo, mu_hi = M.sigmoid_mu_range(tau)
+        if not 1 <= first <= last <= n:
+            middle(0.0, 0.0, where, want)
+        if n == 1 or first == n:
+            return mu_hi  # the top of the range keeps every position
+        lo = max(-1.0 + 2.0 * (first - 1) / (n - 1), mu_lo - offset / tau)
+        hi = mu_hi - offset / tau
+        if last < n:
+            hi = min(hi, -1.0 + 2.0 * last / (n - 1))
+        return middle(lo, hi, where, want) + offset / tau
+
+    blocks = arch.blocks
+    if [b.index for b in blocks] != list(range(len(blocks))):
+        raise ValueError(f"architecture blocks have indices {[b.index for b in blocks]}; a DNArch "
+                         "runs a prefix of its blocks (0, 1, ...)")
+    with torch.no_grad():
+        if c.learns("D"):
+            depth = len(blocks)
+            model.mask_depth.fill_(sigmoid_mu(depth, depth, D, c.tau_depth, "depth", depth))
+        for i, b in enumerate(blocks):
+            where = f"blocks[{i}]"
+            if c.learns("W"):
+                for j, key in enumerate(("n_in", "n_mid", "n_out")):
+                    width = getattr(b, key)
+                    model.mask_width[b.index, j] = sigmoid_mu(width, width, H, c.tau_width,
+                                                              f"{where}.{key}", width)
+            for a, (n, r) in enumerate(zip(c.input_size, b.resolution)):
+                if c.learns("R"):  # the bin counts that give r (on long axes, several)
+                    bins = [k for k in range(1, n // 2 + 2) if resolution_for_bins(k, n) == r]
+                    model.mask_res[b.index, a] = sigmoid_mu(
+                        min(bins, default=0), max(bins, default=0), n // 2 + 1,
+                        c.tau_resolution, f"{where}.resolution", r)
+                k_max = c.max_kernel[a]
+                if c.learns("K") and k_max > 1:
+                    # x_T = sigma sqrt(-2 ln T) gives the kernel's half-width at full resolution
+                    # (steps of 2 / (k_max - 1)) and, scaled by r / n, at the block's resolution
+                    step, scale, h_max = 2.0 / (k_max - 1), r / n, (k_max - 1) // 2
+                    h, h_r = (b.kernel_size[a] - 1) // 2, (b.kernel_taps[a] - 1) // 2
+                    s_lo, s_hi = M.gaussian_sigma_range(k_max, T)
+                    root = math.sqrt(-2.0 * math.log(T))
+                    lo = max(h * step, h_r * step / scale, s_lo * root)
+                    hi = s_hi * root
+                    if h < h_max:
+                        hi = min(hi, (h + 1) * step)
+                    if h_r < min(h_max, (r - 1) // 2):
+                        hi = min(hi, (h_r + 1) * step / scale)
+                    model.mask_sigma[b.index, a] = middle(
+                        lo, hi, f"{where}.kernel_size/kernel_taps",
+                        (b.kernel_size[a], b.kernel_taps[a])) / root
+    model.clamp_masks_()
+    got = describe(model)
+    if got.depth != arch.depth or len(got.blocks) != len(blocks):
+        raise ValueError(f"architecture depth {arch.depth} ({len(blocks)} blocks): the model's "
+                         f"configuration (learn={c.learn!r}) gives {got.depth}")
+    for i, (g, b) in enumerate(zip(got.blocks, blocks)):
+        for key in _BLOCK_SIZES:
+            if getattr(g, key) != getattr(b, key):
+                raise ValueError(f"architecture blocks[{i}].{key} is {getattr(b, key)!r}; the "
+                                 f"model's configuration (learn={c.learn!r}) gives "
+                                 f"{getattr(g, key)!r}")
+    if got.stream_width != arch.stream_width:
+        raise ValueError(f"architecture field 'stream_width' is {arch.stream_width}; its blocks "
+                         f"give {got.stream_width}")

@@ -5,12 +5,18 @@ Layer costs are pure functions of sizes; a size may be an int (a frozen architec
 ``size()`` (the search's complexity loss). Terms follow appendix C, with two choices made explicit:
 
 - the Fourier convolution costs ``C N log2 N`` for C depthwise channels (the paper writes
-  ``L log L`` per channel and leaves the channel count implicit), where N is the length the FFTs
-  actually run at: a linear (not circular) convolution at resolution R with k taps needs
-  N = prod over axes of (R + k - 1). This is where the kernel size enters the cost (through k, the
-  kernel's extent K scaled to the block's resolution: k = K R / S), so L_comp pushes on the kernel
-  mask too; with ``L log L`` it would be the only mask the budget cannot see;
+  ``L log L`` per channel and leaves the channel count implicit), where N is the length the
+  block's FFTs need: a 'same' convolution at resolution R with t taps needs N = prod over axes of
+  (R + t // 2) (:func:`dnarch_deploy.spectral.conv_fft_length`, the rule training and export
+  use; they round N up to a fast FFT length, which the cost leaves out). This is where the
+  kernel size enters the cost (through t, the kernel's extent K scaled to the block's
+  resolution: t = K R / S), so L_comp pushes on the kernel mask too; with ``L log L`` it would be
+  the only mask the budget cannot see;
 - pointwise terms are BatchNorm, GELU and the residual add; dropout is free at inference.
+
+One function sums them for a whole network, :func:`network_cost`; the search's loss
+(:func:`model_cost`), the default budget (:func:`base_cost`), a found architecture's figure
+(:func:`architecture_cost`, per layer :func:`layer_costs`) and export's report all go through it.
 
 Left out, as in the paper: the kernel network (its cost does not scale with the input), the
 spectral down/up-sampling transforms (fused with the convolution's transforms in the paper), the
@@ -27,6 +33,7 @@ from torch import Tensor
 
 from . import masks as M
 from .model import DNArch, Plan
+from .spectral import conv_fft_length
 
 Size = Tensor | float
 
@@ -51,10 +58,10 @@ def pointwise_cost(length: Size, channels: Size) -> Size:
     return length * channels
 
 
-def fft_length(resolution: Sequence[Size], kernel: Sequence[Size], size: tuple[int, ...]) -> Size:
-    """N = prod_a (R_a + K_a R_a / S_a - 1): the FFT size of a linear convolution at resolution R
-    of a kernel spanning K_a input samples (K_a R_a / S_a taps at that resolution)."""
-    return math.prod(r + k * r / s - 1.0 for r, k, s in zip(resolution, kernel, size))
+def fft_length(resolution: Sequence[Size], taps: Sequence[Size]) -> Size:
+    """N = prod_a conv_fft_length(R_a, t_a) = prod_a (R_a + t_a // 2): the FFT size of a 'same'
+    convolution at resolution R with t_a taps per axis (relaxed sizes: R_a + (t_a - 1) / 2)."""
+    return math.prod(conv_fft_length(r, t) for r, t in zip(resolution, taps))
 
 
 def block_cost(
@@ -127,8 +134,46 @@ def _soft_sizes(model: DNArch) -> tuple[Tensor, Tensor]:
     return torch.cat([widths, resolution, kernel], dim=-1), weights
 
 
+def network_cost(
+    *,
+    length: Size,
+    in_channels: int,
+    out_channels: int,
+    dense: bool,
+    stream: Size,
+    resolution: Tensor,
+    n_in: Tensor,
+    n_mid: Tensor,
+    n_out: Tensor,
+    fft_size: Tensor,
+    block_weights: Tensor | None = None,
+) -> dict:
+    """The cost of a network from its sizes: the one sum every figure of it goes through (the
+    search's loss, :func:`base_cost`, :func:`architecture_cost` and export's report).
+
+    ``length`` is the input's size (product over the spatial axes); each block argument holds one
+    entry per block, a (D,) tensor: ``resolution`` and ``fft_size`` as products over the axes
+    (:func:`fft_length`), the widths. ``block_weights`` (default 1) multiply each block's terms:
+    the depth. Returns ``{"total", "encoder": dict, "blocks": dict of (D,) tensors,
+    "block_weights", "decoder"}``.
+    """
+    blocks = block_cost(length, resolution, n_in, n_mid, n_out, fft_size=fft_size)
+    if block_weights is None:
+        block_weights = torch.ones_like(n_in)
+    enc = encoder_cost(length, in_channels, stream)
+    dec = decoder_cost(length, stream, out_channels, dense)
+    total = sum(enc.values()) + sum(dec.values()) + (block_weights * sum(blocks.values())).sum()
+    return {
+        "total": total,
+        "encoder": enc,
+        "blocks": blocks,
+        "block_weights": block_weights,
+        "decoder": dec,
+    }
+
+
 def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
-    """Differentiable cost of the architecture the masks describe.
+    """Differentiable cost of the architecture the masks describe (:func:`network_cost`).
 
     Every size is straight-through: its value is what the plan materialises (whole blocks, whole
     channels, the resolution and kernel taps actually used), its gradient is the continuous
@@ -163,32 +208,30 @@ def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
     columns = sizes.unbind(-1)
     n_in, n_mid, n_out = columns[:3]
     res_axes, kernel = columns[3 : 3 + axes], columns[3 + axes :]
-    # every block at once: each term is a (D,) tensor, so the step's graph does not grow with D
-    blocks = block_cost(length, math.prod(res_axes), n_in, n_mid, n_out,
-                        fft_size=fft_length(res_axes, kernel, c.input_size))
     # the stream is as wide as the widest channel a block in use reads or writes
     stream = sizes[ran, 0:3:2].max() if c.learns("W") and ran else float(c.max_width)
-    enc = encoder_cost(length, c.in_channels, stream)
-    dec = decoder_cost(length, stream, c.out_channels, c.dense)
-    total = sum(enc.values()) + sum(dec.values()) + (weights * sum(blocks.values())).sum()
-    return {
-        "total": total,
-        "encoder": enc,
-        "blocks": blocks,
-        "block_weights": weights,
-        "decoder": dec,
-    }
+    # every block at once: each term is a (D,) tensor, so the step's graph does not grow with D
+    return network_cost(
+        length=length, in_channels=c.in_channels, out_channels=c.out_channels, dense=c.dense,
+        stream=stream, resolution=math.prod(res_axes), n_in=n_in, n_mid=n_mid, n_out=n_out,
+        # a kernel spanning K input samples has K R / S taps at resolution R
+        fft_size=fft_length(res_axes, [k * r / s for k, r, s in zip(kernel, res_axes,
+                                                                    c.input_size)]),
+        block_weights=weights,
+    )
 
 
 def base_cost(config) -> float:
     """The cost of the base network CCNN_{D,H} a config describes: the default C_target."""
     length = float(math.prod(config.input_size))
-    H = float(config.width)
-    total = sum(encoder_cost(length, config.in_channels, H).values())
-    n = fft_length(list(config.input_size), list(config.max_kernel), config.input_size)
-    total += config.depth * sum(block_cost(length, length, H, H, H, fft_size=n).values())
-    total += sum(decoder_cost(length, H, config.out_channels, config.dense).values())
-    return float(total)
+    full = torch.full((config.depth,), float(config.width), dtype=torch.float64)
+    n = fft_length(config.input_size, config.max_kernel)
+    cost = network_cost(
+        length=length, in_channels=config.in_channels, out_channels=config.out_channels,
+        dense=config.dense, stream=float(config.width), resolution=torch.full_like(full, length),
+        n_in=full, n_mid=full, n_out=full, fft_size=torch.full_like(full, float(n)),
+    )
+    return float(cost["total"])
 
 
 def complexity_loss(cost: Tensor, target: float) -> Tensor:
@@ -196,17 +239,41 @@ def complexity_loss(cost: Tensor, target: float) -> Tensor:
     return (cost / target - 1.0) ** 2
 
 
+def architecture_terms(arch) -> dict:
+    """:func:`network_cost` of a frozen :class:`~dnarch_deploy.architecture.Architecture`
+    (discrete sizes, float64): per term and per block, what :func:`architecture_cost` sums."""
+    size = tuple(arch.input_size)
+
+    def column(values) -> Tensor:
+        return torch.tensor([float(v) for v in values], dtype=torch.float64)
+
+    blocks = arch.blocks
+    return network_cost(
+        length=float(math.prod(size)), in_channels=arch.in_channels,
+        out_channels=arch.out_channels, dense=arch.dense, stream=float(arch.stream_width),
+        resolution=column(math.prod(b.resolution) for b in blocks),
+        n_in=column(b.n_in for b in blocks), n_mid=column(b.n_mid for b in blocks),
+        n_out=column(b.n_out for b in blocks),
+        fft_size=column(fft_length(b.resolution, b.kernel_taps) for b in blocks),
+    )
+
+
 def architecture_cost(arch) -> float:
     """The cost of a frozen :class:`~dnarch_deploy.architecture.Architecture` (discrete sizes):
     the theoretical figure of a found network, in MACs."""
-    length = float(math.prod(arch.input_size))
-    total = sum(encoder_cost(length, arch.in_channels, arch.stream_width).values())
-    for b in arch.blocks:
-        fft_size = math.prod(r + t - 1 for r, t in zip(b.resolution, b.kernel_taps))
-        total += sum(block_cost(length, float(math.prod(b.resolution)), b.n_in, b.n_mid,
-                                b.n_out, fft_size=float(fft_size)).values())
-    total += sum(decoder_cost(length, arch.stream_width, arch.out_channels, arch.dense).values())
-    return float(total)
+    return float(architecture_terms(arch)["total"])
+
+
+def layer_costs(arch) -> dict[str, float]:
+    """:func:`architecture_cost` per layer, named as export names them: ``encoder``,
+    ``blocks.0`` ... (the blocks in use, in order), ``decoder``; the values sum to the total."""
+    terms = architecture_terms(arch)
+    per_block = sum(terms["blocks"].values()) * terms["block_weights"]
+    return {
+        "encoder": float(sum(terms["encoder"].values())),
+        **{f"blocks.{i}": float(v) for i, v in enumerate(per_block.tolist())},
+        "decoder": float(sum(terms["decoder"].values())),
+    }
 
 
 def architecture_params(arch) -> int:

@@ -1,4 +1,4 @@
-"""The DNArch Continuous CNN (paper §2.4; design.md "The model").
+"""The DNArch Continuous CNN (paper §2.4).
 
     x (B, C_in, *S) --normalise--> Encoder: pointwise C_in -> stream, BatchNorm, GELU
       --> blocks b = 0 .. depth-1, each:

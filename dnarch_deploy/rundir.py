@@ -1,4 +1,4 @@
-"""The run directory: the contract between search, export and the dashboard (design.md).
+"""The run directory: the contract between search, export and the dashboard.
 
     RUN_DIR/
       config.json          resolved configuration, seed, package versions, device
@@ -6,11 +6,14 @@
       architectures.jsonl  one architecture snapshot per epoch
       architecture.json    the final architecture
       summary.json         test metric(s), complexity ratio, parameters, MACs, wall time
-      checkpoints/         model.safetensors (last), best.safetensors, state.pt (resume)
-      export/              written by export
+      checkpoints/         model.safetensors (last), best.safetensors, and epoch-NNNNN/ (the
+                           newest epoch's model.safetensors and state.pt: what --resume reads)
+      export/              written by export: model.onnx, model.pt2, model.ts, model.aoti.pt2,
+                           architecture.json, report.json (schema: :func:`read_report`)
 
-The file names, required keys and schema version are written down here once; every reader goes
-through these functions, which name the file and field when something is wrong.
+The file names, required keys and schema versions are written down here once; every reader goes
+through these functions, which name the file and field when something is wrong. Nothing here
+imports torch (only :func:`load_run` does), so readers of records and inference stay light.
 """
 
 from __future__ import annotations
@@ -18,9 +21,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .architecture import Architecture, SchemaError
+from .tasks import Task, load_task
+
+if TYPE_CHECKING:  # torch is imported only by load_run: reading records needs none
+    from .model import DNArch
 
 RUN_SCHEMA = "dnarch-run"
 RUN_VERSION = 1
@@ -33,7 +40,6 @@ SUMMARY = "summary.json"
 CHECKPOINTS = "checkpoints"
 LAST_WEIGHTS = "checkpoints/model.safetensors"
 BEST_WEIGHTS = "checkpoints/best.safetensors"
-TRAIN_STATE = "checkpoints/state.pt"
 EXPORT = "export"
 
 CONFIG_KEYS = ("schema", "version", "task", "seed", "model", "train")
@@ -41,7 +47,18 @@ SUMMARY_KEYS = (
     "task", "learn", "metric_name", "test_metric", "complexity_ratio", "params", "macs",
     "wall_seconds",
 )
-REPORT_KEYS = ("equivalence", "ops", "latency", "backends")
+
+# RUN_DIR/export/: written by export (export.pipeline), read by the dashboard and export.infer
+EXPORT_SCHEMA = "dnarch-export"
+EXPORT_VERSION = 1
+ONNX_FILE = "model.onnx"
+PT2_FILE = "model.pt2"
+TS_FILE = "model.ts"
+AOTI_FILE = "model.aoti.pt2"
+EXPORT_ARCHITECTURE_FILE = "architecture.json"
+REPORT_FILE = "report.json"
+REPORT = f"{EXPORT}/{REPORT_FILE}"
+REPORT_KEYS = ("schema", "version", "equivalence", "ops", "latency", "backends")
 
 
 class RunError(SchemaError):
@@ -108,6 +125,104 @@ def read_architectures(run_dir: str | Path) -> list[Architecture]:
             for i, row in enumerate(read_jsonl(path))]
 
 
+# --- the export report ------------------------------------------------------------------------
+
+
+def read_report(run_dir: str | Path) -> dict[str, Any]:
+    """RUN_DIR/export/report.json, checked against its schema; a RunError names file and field.
+
+    The fields other tools read (export writes more: options, environment, stage seconds):
+
+        schema, version   EXPORT_SCHEMA, EXPORT_VERSION
+        equivalence       {stage: {"max_abs": number, "max_rel": number}}, against the trained model
+        tolerance         number: the largest max_rel the export accepted
+        ops               {op type: count} in model.onnx
+        backends          {backend: {"compatible": bool, "unsupported_ops": [op type, ...]}}
+        latency           null (export --no-bench), or
+                          {"batches": [int, ...], "layers": {name: ENTRY}, "total": ENTRY,
+                           "eager": {name: {batch: ms}}}
+        ENTRY             "theoretical", "paper": MACs per sample (the lowered operators; the
+                          search's cost model); "measured_ms": ms at batch 1, null for a layer
+                          when not measured (--no-per-layer); "measured_ms_by_batch": {batch: ms};
+                          layers also "tactic" (null for encoder and decoder)
+
+    The total has a measurement at every batch in ``batches``.
+    """
+    path = Path(run_dir) / REPORT
+    report = read_json(path, REPORT_KEYS)
+    check = _ReportCheck(path)
+    if report["schema"] != EXPORT_SCHEMA:
+        check.fail("schema", f"{EXPORT_SCHEMA!r}", report["schema"])
+    if report["version"] != EXPORT_VERSION:
+        raise RunError(f"{path}: field 'version' is {report['version']!r}; this dnarch-deploy "
+                       f"reads export version {EXPORT_VERSION} (export the run again)")
+    for stage, entry in check.mapping(report["equivalence"], "equivalence").items():
+        for key in ("max_abs", "max_rel"):
+            check.number(check.mapping(entry, f"equivalence.{stage}").get(key),
+                         f"equivalence.{stage}.{key}")
+    if "tolerance" in report:
+        check.number(report["tolerance"], "tolerance")
+    for op, count in check.mapping(report["ops"], "ops").items():
+        if not (isinstance(count, int) and not isinstance(count, bool) and count >= 0):
+            check.fail(f"ops.{op}", "a count", count)
+    for name, entry in check.mapping(report["backends"], "backends").items():
+        entry = check.mapping(entry, f"backends.{name}")
+        if not isinstance(entry.get("compatible"), bool):
+            check.fail(f"backends.{name}.compatible", "true or false", entry.get("compatible"))
+        if not isinstance(entry.get("unsupported_ops", []), list):
+            check.fail(f"backends.{name}.unsupported_ops", "a list", entry["unsupported_ops"])
+    if report["latency"] is not None:
+        _check_latency(check, check.mapping(report["latency"], "latency"))
+    return report
+
+
+def _check_latency(check: _ReportCheck, latency: dict[str, Any]) -> None:
+    batches = latency.get("batches")
+    if not (isinstance(batches, list) and batches
+            and all(isinstance(b, int) and not isinstance(b, bool) for b in batches)):
+        check.fail("latency.batches", "a list of batch sizes", batches)
+    entries = {f"latency.layers.{name}": entry
+               for name, entry in check.mapping(latency.get("layers"), "latency.layers").items()}
+    entries["latency.total"] = latency.get("total")
+    for field, entry in entries.items():
+        entry = check.mapping(entry, field)
+        for key in ("theoretical", "paper"):
+            check.number(entry.get(key), f"{field}.{key}")
+        if field == "latency.total" or entry.get("measured_ms") is not None:
+            check.number(entry.get("measured_ms"), f"{field}.measured_ms")
+        by_batch = check.mapping(entry.get("measured_ms_by_batch", {}),
+                                 f"{field}.measured_ms_by_batch")
+        for batch, ms in by_batch.items():
+            check.number(ms, f"{field}.measured_ms_by_batch.{batch}")
+        if field == "latency.total":
+            for batch in batches:
+                check.number(by_batch.get(str(batch)), f"{field}.measured_ms_by_batch.{batch}")
+    for name, by_batch in check.mapping(latency.get("eager", {}), "latency.eager").items():
+        for batch, ms in check.mapping(by_batch, f"latency.eager.{name}").items():
+            check.number(ms, f"latency.eager.{name}.{batch}")
+
+
+class _ReportCheck:
+    """Type checks that raise a RunError naming the report file and the field."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, field: str, what: str, value: Any) -> None:
+        got = "missing" if value is None else f"got {value!r}"
+        raise RunError(f"{self.path}: field '{field}' must be {what} ({got})")
+
+    def number(self, value: Any, field: str) -> float:
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            self.fail(field, "a number", value)
+        return float(value)
+
+    def mapping(self, value: Any, field: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(field, "an object", value)
+        return value
+
+
 def check_run_dir(run_dir: str | Path) -> Path:
     path = Path(run_dir)
     if not path.exists():
@@ -125,8 +240,8 @@ class Run:
 
     path: Path
     config: dict[str, Any]
-    model: Any  # DNArch
-    task: Any  # search.tasks.Task
+    model: DNArch
+    task: Task | None  # None when loaded with with_task=False
     architecture: Architecture | None
     summary: dict[str, Any] | None
 
@@ -168,8 +283,6 @@ def load_run(run_dir: str | Path, weights: str = "best", with_task: bool = True)
     model.eval()
     task = None
     if with_task:
-        from search.tasks import load_task  # the task loaders live with the search
-
         task = load_task(config["task"], seed=config["seed"], **config.get("task_options", {}))
     architecture = read_architecture(path) if (path / ARCHITECTURE).exists() else None
     summary = read_summary(path) if (path / SUMMARY).exists() else None

@@ -145,17 +145,35 @@ def next_fast_len(n: int) -> int:
         m += 1
 
 
+def conv_fft_length(size, taps):
+    """The shortest circular-convolution length N at which an FFT computes the 'same'
+    cross-correlation of ``size`` samples with an odd ``taps``-tap kernel: size + taps // 2.
+
+    The one FFT-length rule: training's :func:`fft_conv`, the cost model and every FFT form export
+    lowers to use it (each may round N up to a length its FFT runs fast at). Why it suffices: the
+    full correlation has size + taps - 1 samples, the 'same' window is samples h ... h + size - 1
+    (h = taps // 2); at length N the samples from N on wrap around onto 0 ... size + taps - 2 - N,
+    all before the window when N >= size + h, and the window itself fits. (The kernel fits too
+    while taps <= 2 size - 1; the model's kernels are at most as long as their input.)
+    Non-integer sizes (the cost model's relaxed sizes) give size + (taps - 1) / 2, the same line.
+    """
+    if isinstance(size, int) and isinstance(taps, int):
+        return size + taps // 2
+    return size + (taps - 1) / 2
+
+
 def fft_conv(x: Tensor, kernel: Tensor) -> Tensor:
     """Depthwise cross-correlation with zero padding and 'same' output size, via real FFTs.
 
     ``x`` (B, C, *S), ``kernel`` (C, *K) with odd K per axis: the same as
-    ``F.conv{d}d(x, kernel[:, None], padding=K // 2, groups=C)`` without wrap-around, because the
-    FFT length per axis is at least S + K - 1.
+    ``F.conv{d}d(x, kernel[:, None], padding=K // 2, groups=C)``; the FFT length per axis is the
+    fast length from :func:`conv_fft_length` (S + K // 2) on, so the wrap-around falls outside
+    the 'same' window.
     """
     dims = tuple(range(-kernel.dim() + 1, 0))
     sizes = x.shape[2:]
     ksizes = kernel.shape[1:]
-    n = [next_fast_len(s + k - 1) for s, k in zip(sizes, ksizes)]
+    n = [next_fast_len(conv_fft_length(s, k)) for s, k in zip(sizes, ksizes)]
     x_f = rfftn(x, n)
     k_f = rfftn(kernel.flip(dims), n)  # flip: convolution -> correlation
     y = torch.fft.irfftn(x_f * k_f, s=n, dim=dims)

@@ -1,4 +1,4 @@
-"""Export a found DNArch network for deployment (design.md "Export pipeline").
+"""Export a found DNArch network for deployment.
 
 Stages, each a function (``python -m export.onnx RUN_DIR`` runs them all):
 
@@ -25,7 +25,8 @@ _EXPORTS = {
     "benchmark": "bench",
     "calibrate": "calibration",
     "check_onnx": "verify",
-    "choose_tactics": "pipeline",
+    "choose_lowering": "policy",
+    "choose_tactics": "policy",
     "equivalence": "verify",
     "export_model": "pipeline",
     "export_run": "pipeline",

@@ -3,12 +3,14 @@ trained model and the static module in eager PyTorch measured in the same run.
 
 Theoretical figures are multiply-accumulates per sample:
 
-- ``theoretical``: the lowered layer's own operators, per tactic (export.lowering.conv_macs: direct
+- ``theoretical``: the lowered layer's own operators, per tactic (export.tactics.conv_macs: direct
   conv C*L*K, MatMul-FFT its MatMuls, DFT op C*N*log2 N) plus the resampling as executed (per axis
-  dense MatMul n*m per line, or the factored four-step form's MatMuls: export.lowering
+  dense MatMul n*m per line, or the factored four-step form's MatMuls: export.resampling
   .resample_macs);
-- ``paper``: the search's cost model for the same sizes (dnarch_deploy.cost, appendix C: Fourier
-  convolution C*L*log2 L, resampling left out).
+- ``paper``: the search's cost model for the found architecture, per layer
+  (:func:`dnarch_deploy.cost.layer_costs`; appendix C: Fourier convolution C*N*log2 N, resampling
+  left out); its total is :func:`dnarch_deploy.cost.architecture_cost`, the figure the budget
+  constrains.
 
 Measured figures: wall-clock milliseconds, medians over round-robin repeats (export.timing); per
 layer from sub-models cut out of model.onnx at layer boundaries.
@@ -23,11 +25,11 @@ import onnx
 import torch
 from torch import Tensor, nn
 
-from dnarch_deploy import DNArch
-from dnarch_deploy.cost import block_cost, decoder_cost, encoder_cost, linear_cost, pointwise_cost
+from dnarch_deploy import Architecture, DNArch, describe
+from dnarch_deploy.cost import decoder_cost, layer_costs, linear_cost, pointwise_cost
 
-from .lowering import conv_macs
 from .static import StaticNet
+from .tactics import conv_macs
 from .timing import layer_latency, layer_models, measure, runner, session
 
 
@@ -43,19 +45,20 @@ def tactic_of(block: nn.Module) -> str:
     return getattr(block, "tactic", "fft")
 
 
-def theoretical_costs(lowered: StaticNet) -> dict[str, dict[str, float]]:
-    """Per layer: ``theoretical`` (lowered operators) and ``paper`` (search cost model) MACs."""
+def theoretical_costs(
+    lowered: StaticNet, found: Architecture | None = None
+) -> dict[str, dict[str, float]]:
+    """Per layer: ``theoretical`` (lowered operators) MACs, and with the ``found`` architecture
+    the lowered network was made from, ``paper`` (the search's cost model) MACs."""
     spec = lowered.spec
     size = tuple(spec["spatial"])
     length = float(math.prod(size))
     enc = lowered.encoder
     stream = enc.weight.shape[1] if enc.tokens else enc.weight.shape[0]
-    c_in = 0 if enc.tokens else enc.weight.shape[1]
+    c_in = 0 if enc.tokens else enc.weight.shape[1]  # a token encoder is a table look-up
     out: dict[str, dict[str, float]] = {}
-    paper_enc = encoder_cost(length, c_in, stream)
     out["encoder"] = {
         "theoretical": float(linear_cost(length, c_in, stream) + pointwise_cost(length, stream)),
-        "paper": float(sum(paper_enc.values())),
     }
     for i, block in enumerate(lowered.blocks):
         res = tuple(block.bias1.shape[1:])
@@ -74,12 +77,14 @@ def theoretical_costs(lowered: StaticNet) -> dict[str, dict[str, float]]:
             work += axis_matmul_macs(m, n_out, tuple(shape))
             shape[m.dim] = m.sizes[1]
         work += pointwise_cost(length, n_out)
-        fft = float(math.prod(a + t - 1 for a, t in zip(res, taps)))
-        paper = block_cost(length, r, n_in, n_mid, n_out, fft_size=fft)
-        paper.pop("norm")  # BatchNorm is folded away at export
-        out[f"blocks.{i}"] = {"theoretical": float(work), "paper": float(sum(paper.values()))}
+        out[f"blocks.{i}"] = {"theoretical": float(work)}
     dec = decoder_cost(length, stream, lowered.decoder.weight.shape[0], lowered.decoder.dense)
-    out["decoder"] = {"theoretical": float(sum(dec.values())), "paper": float(sum(dec.values()))}
+    out["decoder"] = {"theoretical": float(sum(dec.values()))}
+    if found is not None:
+        paper = layer_costs(found)
+        assert paper.keys() == out.keys(), "the lowered network is not the found architecture's"
+        for name, macs in paper.items():
+            out[name]["paper"] = macs
     return out
 
 
@@ -105,7 +110,7 @@ def benchmark(
     """The report's ``latency`` section (see module docstring)."""
     batches = sorted({1, batch})
     vocab = static.spec["vocab_size"]
-    costs = theoretical_costs(lowered)
+    costs = theoretical_costs(lowered, describe(trained))
     layers: dict[str, dict] = {
         name: {"tactic": tactic_of(b) if name.startswith("blocks.") else None, **cost}
         for (name, cost), b in zip(costs.items(), [None, *lowered.blocks, None])

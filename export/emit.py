@@ -1,6 +1,6 @@
 """Stage 5: write the artifacts: ONNX (one self-contained file), torch.export .pt2, TorchScript,
 optionally an AOTInductor package. Batch dimension dynamic, spatial size fixed (an FFT-based graph
-with a dynamic length breaks in onnxruntime: research/feasibility.md §5)."""
+with a dynamic length breaks in onnxruntime)."""
 
 from __future__ import annotations
 

@@ -43,10 +43,11 @@ from .artifacts import (
 from .bench import benchmark, theoretical_costs
 from .calibration import calibrate, task_batches
 from .emit import OPSET, write_aoti, write_onnx, write_pt2, write_torchscript
-from .lowering import TACTICS, cheapest, lower, resample_evidence_by_cost, tactic_costs
+from .lowering import lower
+from .policy import choose_lowering
 from .static import StaticNet, freeze, materialize
+from .tactics import TACTICS
 from .timing import session
-from .tune import fastest, fastest_network, measure_resample, measure_tactics, resample_choice
 from .verify import (
     TOLERANCE,
     backend_compatibility,
@@ -86,36 +87,6 @@ class ExportOptions:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
-def choose_tactics(static: StaticNet, options: ExportOptions) -> tuple[list[str], list[dict]]:
-    """Per block: the convolution tactic, and what it was chosen by (measured ms or theoretical
-    cost); the evidence's ``resample`` holds, per resampled axis (``down`` / ``up``), the
-    resampling tactic (``dense`` / ``factored``) and its evidence (:func:`resample_tactics`).
-    Tuned, these are the per-layer winners; :func:`export_model` then keeps the fastest whole
-    network of them and each single tactic (:func:`export.tune.fastest_network`)."""
-    n = len(static.blocks)
-    resample = (measure_resample(static, 1, options.threads, options.repeats)
-                if options.tune else resample_evidence_by_cost(static))
-    if options.tactic is not None:
-        tactics, evidence = [options.tactic] * n, [{"by": "forced"} for _ in range(n)]
-    elif options.tune:
-        measured = measure_tactics(static, 1, options.threads, options.repeats)
-        evidence = [{"by": "measured", "ms": {t: v["median_ms"] for t, v in m.items()}}
-                    for m in measured]
-        tactics = fastest(measured)
-    else:
-        costs = tactic_costs(static)
-        tactics, evidence = cheapest(costs), [{"by": "cost", "macs": c} for c in costs]
-    for e, r in zip(evidence, resample):
-        e["resample"] = r
-    return tactics, evidence
-
-
-def resample_tactics(evidence: list[dict]) -> list[dict[str, list[str]]]:
-    """Per block, per resampled axis: the resampling tactics out of :func:`choose_tactics`'s
-    evidence."""
-    return resample_choice([e["resample"] for e in evidence])
-
-
 def export_model(
     model: DNArch,
     task,
@@ -144,13 +115,8 @@ def export_model(
     frozen = freeze(model)
     static = materialize(model, frozen)
     lap("freeze_materialize")
-    tactics, evidence = choose_tactics(static, options)
-    resample = resample_tactics(evidence)
-    network = None  # tuned: the whole-network check of the per-layer choice
-    if options.tune and options.tactic is None:
-        singles = tuple(t for t in TACTICS if all(t in e["ms"] for e in evidence))
-        tactics, network = fastest_network(static, tactics, resample, singles, 1, options.threads,
-                                           options.repeats)
+    # network: tuned, the whole-network check of the per-layer choice (export.policy)
+    tactics, resample, evidence, network = choose_lowering(static, options)
     lowered = lower(static, tactics, resample)
     lap("lower")
 
@@ -234,7 +200,8 @@ def artifact_runners(model: DNArch, static: StaticNet, lowered: StaticNet, out: 
 def export_architecture(found: dict, lowered: StaticNet, tactics: list[str],
                         evidence: list[dict], network: dict | None = None) -> dict:
     """architecture.json: the physical sizes of the exported network and each layer's tactic;
-    ``network``: the whole-network tuning evidence (:func:`export.tune.fastest_network`), if any."""
+    ``network``: the whole-network tuning evidence (:func:`export.policy.fastest_network`), if
+    any."""
     costs = theoretical_costs(lowered)
     spec = lowered.spec
     blocks = []

@@ -1,14 +1,11 @@
-"""Choose each block's convolution tactic, and each resampled axis's resampling tactic, by
-measured onnxruntime latency (``--tune``).
+"""Measure the lowering candidates in onnxruntime (``--tune``); :mod:`export.policy` chooses.
 
 Every candidate convolution of every block goes into one wrapper module (one ONNX export for the
 whole search); each candidate is then cut out as its own sub-model and timed, candidates of a block
-round-robin (export.timing). The fastest wins; ties go to the first in :data:`TACTICS` order.
+round-robin (export.timing). Resampling candidates are measured the same way.
 
 Per-layer timings need not add up to the whole network's (caches, the neighbouring layers), so
-:func:`fastest_network` then times whole lowered networks, the per-layer mix against each single
-tactic for every block, and keeps the fastest: the export is never slower, as measured, than the
-best single tactic.
+:func:`time_networks` also times whole lowered networks side by side.
 """
 
 from __future__ import annotations
@@ -19,16 +16,10 @@ from torch import Tensor, nn
 from dnarch_deploy.spectral import MATRIX_MAX
 
 from .emit import to_onnx
-from .lowering import (
-    TACTICS,
-    block_resolution,
-    lower,
-    lower_resample,
-    make_conv,
-    resample_axes,
-    resample_candidates,
-)
+from .lowering import block_resolution, lower, resample_axes
+from .resampling import lower_resample, resample_candidates
 from .static import StaticNet
+from .tactics import TACTICS, make_conv
 from .timing import (
     layer_boundaries,
     layers,
@@ -85,42 +76,17 @@ def measure_tactics(
     return results
 
 
-def fastest(measured: list[dict[str, dict[str, float]]]) -> list[str]:
-    return [min(m, key=lambda t: m[t]["median_ms"]) for m in measured]
-
-
-def fastest_network(
+def time_networks(
     static: StaticNet,
-    per_layer: list[str],
+    candidates: list[list[str]],
     resample: list[dict[str, list[str]]],
-    singles: tuple[str, ...] = TACTICS,
     batch: int = 1,
     threads: int = 0,
     repeats: int = 20,
-) -> tuple[list[str], dict]:
-    """The fastest whole network: the per-layer choice against every single tactic for all blocks.
-
-    Each candidate assignment (``per_layer`` first, then each of ``singles``, the tactics valid for
-    every block, where it differs from ``per_layer``) is lowered with the same ``resample``
-    tactics and exported as the pipeline exports it (batch dynamic); the whole networks are timed
-    side by side in onnxruntime (export.timing.measure: round-robin, medians) on the same random
-    input of ``batch`` samples. The smallest median wins, ties going to the per-layer choice.
-
-    Returns the kept tactics and the evidence: per candidate its ``name`` (``per-layer`` or the
-    single tactic), ``tactics``, ``median_ms`` and ``min_ms``; the ``kept`` name and ``why``.
-    With no alternative to the per-layer choice nothing is timed.
-    """
-    n = len(static.blocks)
-    candidates = {"per-layer": list(per_layer)}
-    for tactic in singles:
-        if [tactic] * n != candidates["per-layer"]:
-            candidates[tactic] = [tactic] * n
-    evidence = {"by": "measured whole network", "batch": batch, "threads": threads,
-                "repeats": repeats,
-                "candidates": [{"name": k, "tactics": v} for k, v in candidates.items()]}
-    if len(candidates) == 1:
-        return list(per_layer), {**evidence, "kept": "per-layer",
-                                 "why": "no other candidate: nothing timed"}
+) -> list[dict[str, float]]:
+    """Per candidate tactic assignment: the whole network lowered with it (and ``resample``),
+    exported as the pipeline exports it (batch dynamic) and timed side by side in onnxruntime
+    (export.timing.measure: round-robin, medians) on the same random input of ``batch`` samples."""
     spec = static.spec
     shape = [batch if d is None else d for d in spec["input_shape"]]
     if spec["input_dtype"] == "int64":
@@ -128,16 +94,11 @@ def fastest_network(
     else:
         example = torch.randn(shape)
     fns = []
-    for tactics in progress(candidates.values(), desc="tune whole network"):
+    for tactics in progress(candidates, desc="tune whole network"):
         model = to_onnx(lower(static, tactics, resample), (example,))
         feeds = random_feeds(model, batch, spec["vocab_size"])
         fns.append(runner(session(model, threads), feeds))
-    for entry, times in zip(evidence["candidates"], measure(fns, repeats)):
-        entry.update(times)
-    best, runner_up = sorted(evidence["candidates"], key=lambda c: c["median_ms"])[:2]  # stable
-    why = (f"smallest whole-network median in onnxruntime: {best['name']} {best['median_ms']:.3f}"
-           f" ms (next: {runner_up['name']} {runner_up['median_ms']:.3f} ms)")
-    return list(best["tactics"]), {**evidence, "kept": best["name"], "why": why}
+    return measure(fns, repeats)
 
 
 class ResampleCandidates(nn.Module):
@@ -199,8 +160,3 @@ def measure_resample(
             entry["ms"] = ms
             entry["tactic"] = min(ms, key=ms.get)
     return choice
-
-
-def resample_choice(evidence: list[dict[str, list[dict]]]) -> list[dict[str, list[str]]]:
-    """The per-axis tactics out of :func:`measure_resample`'s (or the cost model's) evidence."""
-    return [{k: [e["tactic"] for e in v] for k, v in block.items()} for block in evidence]

@@ -27,7 +27,7 @@ ONNXRUNTIME_OPS = frozenset(
     }
 )
 # TensorRT's ONNX parser: the same ops except DFT (no DFT before TensorRT 11.2, and
-# onnxruntime's CUDA provider has no DFT kernel either: research/export_anchors.md §2-3).
+# onnxruntime's CUDA provider has no DFT kernel either).
 TENSORRT_OPS = ONNXRUNTIME_OPS - {"DFT"}
 BACKENDS = {"onnxruntime": ONNXRUNTIME_OPS, "tensorrt": TENSORRT_OPS}
 

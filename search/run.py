@@ -1,6 +1,6 @@
 """`python -m search.run`: learn an architecture under a compute budget, writing a run directory.
 
-With no flags it runs a small DNArch(K,R,W,D) search on ucr:GunPoint (a few minutes on 2 CPU
+With no flags it runs a small DNArch(K,R,W,D) search on ucr:GunPoint (under a minute on 2 CPU
 cores). ``torchrun --nproc-per-node N -m search.run ...`` trains data-parallel on N processes.
 Errors a user can cause print one message and exit with status 2; nothing already written is lost.
 """

@@ -1,5 +1,5 @@
 """Run directories for the dashboard tests, made by the real tools: a tiny search on a 1-D
-classification task (exported by ``python -m export.onnx`` when it exists) and on a 2-D dense task,
+classification task (exported by ``python -m export.onnx``) and on a 2-D dense task,
 plus copies of the first: one damaged, one cut back to look like a search still training.
 
 They are made once per test session; under pytest-xdist the first worker makes them and the
@@ -8,7 +8,6 @@ others wait on a file lock and reuse them.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -28,16 +27,6 @@ EXPORT = ["--no-tune", "--no-torchscript", "--repeats", "3", "--bench-batch", "4
           "--test-samples", "64", "--calibration-samples", "128"]
 
 GUNPOINT, DARCY, DAMAGED, TRAINING = "gunpoint", "darcy", "damaged", "training"
-
-
-def export_available() -> bool:
-    try:
-        return importlib.util.find_spec("export.onnx") is not None
-    except ImportError:
-        return False
-
-
-EXPORT_SKIP = "export.onnx does not exist yet: the run directories are not exported"
 
 
 def _env() -> dict[str, str]:
@@ -61,16 +50,15 @@ def finish(proc: subprocess.Popen, log: Path) -> None:
 
 
 def damage(run: Path) -> None:
-    """Break one field of architecture.json and, when exported, drop 'latency' from the report."""
+    """Break one field of architecture.json and drop 'latency' from the export report."""
     path = run / "architecture.json"
     arch = json.loads(path.read_text())
     arch["blocks"][0]["n_mid"] = "wide"
     path.write_text(json.dumps(arch))
     report = run / "export" / "report.json"
-    if report.exists():
-        data = json.loads(report.read_text())
-        del data["latency"]
-        report.write_text(json.dumps(data))
+    data = json.loads(report.read_text())
+    del data["latency"]
+    report.write_text(json.dumps(data))
 
 
 def cut_back_to_training(run: Path) -> None:
@@ -90,9 +78,8 @@ def make_runs(root: Path) -> None:
     finish(start_module(logs["1d"], "search.run", *SEARCH_1D, "--out", root / GUNPOINT),
            logs["1d"])
     darcy = start_module(logs["2d"], "search.run", *SEARCH_2D, "--out", root / DARCY)
-    if export_available():
-        export = start_module(logs["export"], "export.onnx", root / GUNPOINT, *EXPORT)
-        finish(export, logs["export"])
+    export = start_module(logs["export"], "export.onnx", root / GUNPOINT, *EXPORT)
+    finish(export, logs["export"])
     finish(darcy, logs["2d"])
     shutil.copytree(root / GUNPOINT, root / DAMAGED)
     damage(root / DAMAGED)

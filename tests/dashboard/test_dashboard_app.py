@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest, app_test
 
 from dnarch_deploy import rundir
 
-from .dashboard_runs import DAMAGED, DARCY, EXPORT_SKIP, GUNPOINT, TRAINING
+from .dashboard_runs import DAMAGED, DARCY, GUNPOINT, TRAINING
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 
@@ -111,8 +111,6 @@ def test_runs_table_lists_every_run(monkeypatch, runs_dir):
 
 
 def test_runs_exported_status(monkeypatch, runs_dir):
-    if not (runs_dir / GUNPOINT / "export" / "report.json").exists():
-        pytest.skip(EXPORT_SKIP)
     at = open_app(monkeypatch, runs_dir)
     assert at.dataframe[0].value.set_index("run").loc[GUNPOINT, "export"] == "exported"
 
@@ -294,10 +292,7 @@ def test_training_run_still_running_refreshes(monkeypatch, runs_dir):
 
 
 def exported(runs_dir: Path) -> dict:
-    path = runs_dir / GUNPOINT / "export" / "report.json"
-    if not path.exists():
-        pytest.skip(EXPORT_SKIP)
-    return json.loads(path.read_text())
+    return json.loads((runs_dir / GUNPOINT / "export" / "report.json").read_text())
 
 
 def test_deployment_shows_report(monkeypatch, runs_dir):
@@ -373,7 +368,6 @@ def test_deployment_without_export_says_how(monkeypatch, runs_dir):
 
 
 def test_deployment_damaged_report_names_field(monkeypatch, runs_dir):
-    exported(runs_dir)
     at = open_app(monkeypatch, runs_dir, "Deployment", [DAMAGED])
     message = at.error[0].value
     assert "export/report.json: missing field 'latency'" in message

@@ -1,5 +1,5 @@
 """The readers behind the dashboard, on copies of real runs changed the way a user's runs vary:
-run states, export states, the report's layouts and damaged records."""
+run states, export states, the export report and damaged records."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from dashboard import data, figures
 from dnarch_deploy import rundir
 
-from .dashboard_runs import DARCY, EXPORT_SKIP, GUNPOINT, TRAINING
+from .dashboard_runs import DARCY, GUNPOINT, TRAINING
 
 
 def copy(runs_dir: Path, name: str, tmp_path: Path) -> Path:
@@ -22,10 +22,10 @@ def copy(runs_dir: Path, name: str, tmp_path: Path) -> Path:
 
 
 def report_of(run: Path) -> dict:
-    path = run / data.REPORT
-    if not path.exists():
-        pytest.skip(EXPORT_SKIP)
-    return json.loads(path.read_text())
+    """The report as export wrote it, read through its schema."""
+    report = data.read_report(run)
+    assert report == json.loads((run / data.REPORT).read_text())
+    return report
 
 
 def test_find_runs_under_nested_folders_not_export(runs_dir, tmp_path):
@@ -93,7 +93,7 @@ def test_test_row_sits_at_the_epoch_it_tests(runs_dir):
 def test_latency_frame_reads_the_export_report(runs_dir):
     run = runs_dir / GUNPOINT
     report = report_of(run)
-    frame = data.latency_frame(run, report)
+    frame = data.latency_frame(report)
     layers = report["latency"]["layers"]
     assert frame["layer"].tolist() == [*layers, "total"]
     assert frame["measured_ms"].tolist()[:-1] == pytest.approx(
@@ -103,58 +103,52 @@ def test_latency_frame_reads_the_export_report(runs_dir):
     # theoretical_ms: each layer's share of the theoretical total, in measured milliseconds
     assert frame["theoretical_ms"].iloc[:-1].sum() == pytest.approx(
         total["measured_ms"] * frame["theoretical"].iloc[:-1].sum() / total["theoretical"])
-    totals = data.totals_frame(run, report)
+    totals = data.totals_frame(report)
     assert set(totals["backend"]) >= {"onnxruntime", "PyTorch eager, static"}
     assert sorted(set(totals["batch"])) == sorted(str(b) for b in report["latency"]["batches"])
 
 
-def test_latency_without_per_layer_timing_or_total(runs_dir):
-    run = runs_dir / GUNPOINT
+def test_latency_without_per_layer_timing(runs_dir, tmp_path):
+    run = copy(runs_dir, GUNPOINT, tmp_path)
     report = report_of(run)
     latency = report["latency"]
     for entry in latency["layers"].values():  # export --no-per-layer
         entry.pop("measured_ms_by_batch", None)
         entry["measured_ms"] = None
-    frame = data.latency_frame(run, report)
+    (run / data.REPORT).write_text(json.dumps(report))
+    frame = data.latency_frame(report_of(run))
     assert frame["measured_ms"].iloc[:-1].isna().all()
     assert frame["measured_ms"].iloc[-1] == latency["total"]["measured_ms"]
-    del latency["total"]  # no total: the sum of the layers' costs; no time to scale by
-    with pytest.raises(data.RunError, match=r"field 'latency.total.measured_ms' is missing"):
-        data.latency_frame(run, report)
 
 
-def test_latency_layers_as_a_list(runs_dir):
-    run = runs_dir / GUNPOINT
-    report = report_of(run)
-    layers = report["latency"]["layers"]
-    report["latency"]["layers"] = [{"name": name, **entry} for name, entry in layers.items()]
-    frame = data.latency_frame(run, report)
-    assert frame["layer"].tolist()[:-1] == list(layers)
-
-
-def test_report_field_errors_name_the_field(runs_dir):
-    run = runs_dir / GUNPOINT
+def test_report_field_errors_name_the_field(runs_dir, tmp_path):
+    """The report is checked once, as it is read: a damaged field is a RunError naming the file
+    and the field (every field: tests/dnarch_deploy/test_report_schema.py)."""
+    run = copy(runs_dir, GUNPOINT, tmp_path)
     report = report_of(run)
     first = next(iter(report["latency"]["layers"]))
     del report["latency"]["layers"][first]["theoretical"]
+    (run / data.REPORT).write_text(json.dumps(report))
     with pytest.raises(data.RunError,
                        match=rf"report.json: field 'latency.layers.{first}.theoretical'"):
-        data.latency_frame(run, report)
-    stage = next(iter(report["equivalence"]))
-    report["equivalence"][stage] = {"max_abs": "small"}
-    with pytest.raises(data.RunError, match=rf"field 'equivalence.{stage}.max_abs'"):
-        data.equivalence_frame(run, report)
-    report["ops"] = ["Conv"]
-    with pytest.raises(data.RunError, match=r"field 'ops' must be an object"):
-        data.ops_frame(run, report)
+        data.read_report(run)
+    assert data.export_status(run) == "damaged report"
 
 
-def test_backend_compatibility_forms():
-    report = {"backends": {"onnxruntime": True, "tensorrt": {"compatible": False,
-                                                              "unsupported_ops": ["DFT"]},
-                           "tflite": "ok"}}
-    frame = data.backends_frame(Path("run"), report).set_index("backend")
-    assert frame["compatible"].tolist() == [True, False, True]
+def test_no_benchmark_no_latency(runs_dir, tmp_path):
+    run = copy(runs_dir, GUNPOINT, tmp_path)
+    report = report_of(run)
+    report["latency"] = None  # export --no-bench
+    (run / data.REPORT).write_text(json.dumps(report))
+    assert data.latency_batches(report_of(run)) == []
+
+
+def test_backend_compatibility(runs_dir):
+    report = report_of(runs_dir / GUNPOINT)
+    report["backends"]["tensorrt"] = {"compatible": False, "unsupported_ops": ["DFT"]}
+    frame = data.backends_frame(report).set_index("backend")
+    assert frame["compatible"].tolist() == [True, False]
+    assert frame.loc["onnxruntime", "detail"] == "unsupported_ops: none"
     assert frame.loc["tensorrt", "detail"] == "unsupported_ops: DFT"
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
-from dnarch_deploy import Architecture, SchemaError, describe
+from dnarch_deploy import Architecture, SchemaError, describe, set_masks
 from dnarch_deploy.architecture import VERSION
 
 from .helpers import set_mask_state, tiny_model
@@ -124,3 +125,81 @@ def test_truncated_and_missing_files(tmp_path):
         Architecture.load(path)
     with pytest.raises(SchemaError, match="file not found"):
         Architecture.load(tmp_path / "missing.json")
+
+
+# --- set_masks: describe's inverse -----------------------------------------------------------
+
+REPLAY_CASES = {
+    "1d": dict(input_size=(40,)),
+    "1d-long": dict(input_size=(300,), width=3),  # resolutions on fast FFT lengths
+    "2d-dense": dict(input_size=(9, 12), dense=True),
+    "tokens": dict(input_size=(16,), vocab_size=11, in_channels=5),
+    "learn-KR": dict(input_size=(33,), learn="KR"),
+    "learn-WD": dict(input_size=(20,), learn="WD"),
+    "base-ccnn": dict(input_size=(16,), learn="none"),
+}
+
+
+def sizes(arch: Architecture) -> dict:
+    """Everything describe reports but the mask values (depth weights) and the epoch."""
+    data = arch.to_dict()
+    for block in data["blocks"]:
+        block.pop("depth_weight")
+    data.pop("epoch")
+    return data
+
+
+@pytest.mark.parametrize("state", ["init", "random", "extremes", "min", "max"])
+@pytest.mark.parametrize("case", REPLAY_CASES.values(), ids=REPLAY_CASES.keys())
+def test_set_masks_replays_a_described_architecture(case, state):
+    """A fresh model (other weights, masks at initialisation) given the architecture another
+    model describes, describes the same sizes; its forward runs at them."""
+    for seed in range(4):
+        source = tiny_model(seed, **case)
+        set_mask_state(source, state, seed)
+        found = describe(source)
+        fresh = tiny_model(seed + 100, **case)
+        set_masks(fresh, found)
+        assert sizes(describe(fresh)) == sizes(found)
+        plan = fresh.plan()
+        assert [(p.n_in, p.n_mid, p.n_out, p.resolution) for p in plan.blocks] == [
+            (b.n_in, b.n_mid, b.n_out, tuple(b.resolution)) for b in found.blocks]
+
+
+def test_set_masks_keeps_masks_in_range():
+    model = tiny_model(0, input_size=(40,))
+    set_mask_state(model, "random", 3)
+    found = describe(model)
+    fresh = tiny_model(1, input_size=(40,))
+    set_masks(fresh, found)
+    before = {n: p.detach().clone() for n, p in fresh.named_parameters() if n.startswith("mask_")}
+    fresh.clamp_masks_()
+    for name, p in fresh.named_parameters():
+        if name.startswith("mask_"):
+            assert torch.equal(p, before[name]), name  # clamping moves nothing
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda a: setattr(a.blocks[0], "n_mid", 99), r"blocks\[0\]\.n_mid = 99"),
+        (lambda a: setattr(a, "input_size", [18]), r"'input_size' is \[18\]"),
+        (lambda a: setattr(a.blocks[1], "index", 3), r"indices \[0, 3\]"),
+        (lambda a: setattr(a.blocks[0], "resolution", [8]), r"blocks\[0\]\.resolution = 8"),
+    ],
+    ids=["width", "input", "index", "resolution"],
+)
+def test_set_masks_names_what_the_model_cannot_hold(change, message):
+    model = tiny_model(0, input_size=(17,))
+    found = describe(model)
+    change(found)
+    with pytest.raises(ValueError, match=message):
+        set_masks(tiny_model(1, input_size=(17,)), found)
+
+
+def test_set_masks_needs_the_learned_mask():
+    """A base CCNN has no width mask: a narrower block cannot be replayed into it."""
+    narrow = tiny_model(0, input_size=(16,))
+    set_mask_state(narrow, "min", 0)
+    with pytest.raises(ValueError, match="learn='none'"):
+        set_masks(tiny_model(0, input_size=(16,), learn="none"), describe(narrow))

@@ -14,6 +14,7 @@ import torch
 from dnarch_deploy.spectral import (
     _RFFT,
     FAST_LENGTH_MIN,
+    conv_fft_length,
     direct_conv,
     fft_conv,
     frequency_positions,
@@ -195,6 +196,38 @@ def test_fft_conv_gradients(size, kernel):
     x = torch.randn(2, 3, *size, dtype=F64, requires_grad=True)
     k = torch.randn(3, *kernel, dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(fft_conv, (x, k))
+
+
+def circular_same(x: torch.Tensor, kernel: torch.Tensor, n: int) -> torch.Tensor:
+    """'same' window of the circular cross-correlation of length n (1-D; indices modulo n)."""
+    spec = torch.fft.rfft(x, n=n) * torch.fft.rfft(kernel.flip(-1), n=n)
+    window = (kernel.shape[-1] // 2 + torch.arange(x.shape[-1])) % n
+    return torch.fft.irfft(spec, n=n)[..., window]
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 8, 13])
+def test_conv_fft_length_is_the_shortest_without_wrap_around(size):
+    """At N = S + K // 2 the circular correlation's 'same' window is the linear one; one sample
+    shorter it is not (so training's S + K - 1 ran FFTs longer than the block needs)."""
+    g = torch.Generator().manual_seed(size)
+    for taps in range(1, 2 * size, 2):
+        n = conv_fft_length(size, taps)
+        assert n == size + taps // 2
+        x = torch.randn(1, 1, size, generator=g, dtype=F64)
+        k = torch.randn(1, taps, generator=g, dtype=F64)
+        ref = direct_conv(x, k)
+        torch.testing.assert_close(circular_same(x, k[0], n), ref, rtol=0, atol=1e-12)
+        if taps > 1:
+            assert (circular_same(x, k[0], n - 1) - ref).abs().max() > 1e-6
+
+
+def test_conv_fft_length_of_relaxed_sizes():
+    """The cost model's non-integer sizes follow the same line through the odd taps."""
+    assert conv_fft_length(10.0, 19.0) == 19.0
+    assert conv_fft_length(10.0, 4.0) == pytest.approx(11.5)
+    t = torch.tensor(7.0, requires_grad=True)
+    (grad,) = torch.autograd.grad(conv_fft_length(torch.tensor(20.0), t), t)
+    assert float(grad) == 0.5
 
 
 def test_fft_conv_has_no_wrap_around():

@@ -13,7 +13,9 @@ import onnx
 import pytest
 import torch
 
-from dnarch_deploy.rundir import RunError
+from dnarch_deploy import Architecture
+from dnarch_deploy.cost import architecture_cost
+from dnarch_deploy.rundir import RunError, read_report
 from export.onnx import main
 from export.pipeline import ExportOptions, export_model, export_run
 from export.verify import VerificationError
@@ -45,6 +47,7 @@ def test_cli_writes_every_artifact(exported_run):
 
 def test_report_has_what_other_tools_read(exported_run):
     report = json.loads((exported_run / "export" / "report.json").read_text())
+    assert read_report(exported_run) == report  # the schema the dashboard reads it through
     assert set(report["equivalence"]) == STAGES
     for err in report["equivalence"].values():
         assert err["max_rel"] <= 1e-4 and err["max_abs"] >= 0
@@ -61,6 +64,9 @@ def test_report_has_what_other_tools_read(exported_run):
         assert entry["measured_ms"] > 0 and entry["theoretical"] > 0
     assert latency["total"]["theoretical"] == pytest.approx(
         sum(v["theoretical"] for v in latency["layers"].values()))
+    # "paper": the search's cost of the found architecture, the figure its budget constrained
+    found = Architecture.from_dict(arch["found"])
+    assert latency["total"]["paper"] == pytest.approx(architecture_cost(found), rel=1e-9)
     assert latency["threads"] == 1 and latency["batches"] == [1, 4]
     assert set(latency["eager"]) == {"trained_ms", "static_ms", "lowered_ms"}
 

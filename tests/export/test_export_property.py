@@ -21,8 +21,9 @@ import pytest
 import torch
 
 from export.emit import quiet, to_onnx
-from export.lowering import TACTICS, lower
+from export.lowering import lower
 from export.static import freeze, materialize
+from export.tactics import TACTICS
 from export.timing import session
 
 from .export_cases import random_input, random_model

@@ -12,10 +12,10 @@ import torch
 from dnarch_deploy.spectral import next_fast_len, resample, resample_matrix
 from export.bench import axis_matmul_macs
 from export.emit import to_onnx
-from export.lowering import (
+from export.policy import cheapest_resample
+from export.resampling import (
     AxisMatMul,
     FactoredResample,
-    cheapest_resample,
     factored_split,
     lower_resample,
     resample_bin_weights,

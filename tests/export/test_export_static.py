@@ -5,16 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from export.lowering import (
-    TACTICS,
-    AxisMatMul,
-    DFTConv,
-    DirectConv,
-    MatMulFFTConv,
-    lower,
-    make_conv,
-)
+from export.lowering import lower
+from export.resampling import AxisMatMul
 from export.static import Resample, freeze, materialize
+from export.tactics import TACTICS, DFTConv, DirectConv, MatMulFFTConv, make_conv
 
 from .export_cases import random_input, random_model
 

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from dnarch_deploy.spectral import _resample_fft, direct_conv, resample
 from export.emit import to_onnx
-from export.lowering import (
-    TACTICS,
-    conv_macs,
-    four_step_factors,
-    lower_resample,
-    make_conv,
-)
+from export.resampling import lower_resample
 from export.static import Resample
+from export.tactics import PORTABLE, REGISTRY, TACTICS, conv_macs, four_step_factors, make_conv
 from export.timing import session
 
 # (spatial size, kernel taps): tiny, odd/even, prime, four-step, global kernels, 2-D
@@ -61,10 +58,10 @@ def test_matmul_fft_uses_only_portable_ops_and_matches_in_onnxruntime():
 
 
 @pytest.mark.parametrize("length", [1, 2, 9, 64, 150, 1000])
-@pytest.mark.parametrize("half", [0, 4, 74])
-def test_four_step_grid_leaves_room_for_the_kernel(length, half):
-    n1, n2 = four_step_factors(length, half)
-    assert n1 * n2 >= length + half
+@pytest.mark.parametrize("taps", [1, 9, 149])
+def test_four_step_grid_leaves_room_for_the_kernel(length, taps):
+    n1, n2 = four_step_factors(length, taps)
+    assert n1 * n2 >= length + taps // 2
 
 
 def test_theoretical_costs_order_tactics_like_the_textbook():
@@ -97,3 +94,23 @@ def test_resample_matmul_matches_fft_crop(n, size, masked, dim):
     assert out.shape == ref.shape
     assert (out.double() - ref).abs().max() <= 2e-6 * max(1.0, float(ref.abs().max()))
     assert torch.allclose(resample(x, size, dim=dim, mask=mask64), ref, atol=1e-12)
+
+
+def test_registry_one_class_per_tactic():
+    """Each tactic is one module class: built from a kernel and a size, named, priced."""
+    assert TACTICS == ("direct", "matmul", "dft") and PORTABLE == ("direct", "matmul")
+    kernel = torch.randn(3, 9)
+    for name in TACTICS:
+        module = make_conv(name, kernel, (40,))
+        assert type(module) is REGISTRY[name] and module.name == name
+    matmul = make_conv("matmul", kernel, (40,))
+    assert conv_macs("matmul", 3, (40,), (9,)) == matmul.macs()  # counted from its operators
+    n = 64  # the DFT op's radix-2 length from 40 + 9 // 2 = 44 on
+    assert conv_macs("dft", 3, (40,), (9,)) == 3 * n * math.log2(n)
+
+
+def test_unknown_tactic_is_an_error_not_a_dft():
+    for call in (lambda: conv_macs("fft", 3, (40,), (9,)),
+                 lambda: make_conv("fft", torch.randn(3, 9), (40,))):
+        with pytest.raises(ValueError, match=r"unknown tactic 'fft'; choose from direct, matmul"):
+            call()

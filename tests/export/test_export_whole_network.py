@@ -1,4 +1,4 @@
-"""Whole-network tuning (export.tune.fastest_network): the per-layer choice against each single
+"""Whole-network tuning (export.policy.fastest_network): the per-layer choice against each single
 tactic for every block, the fastest whole network kept. Timings are injected (export.tune.measure
 replaced), so the choice does not depend on the machine's load."""
 
@@ -9,9 +9,9 @@ import json
 import pytest
 from onnx import TensorProto, helper
 
-from export import pipeline, tune
-from export.lowering import resample_tactics_by_cost
+from export import policy, tune
 from export.pipeline import ExportOptions, export_model
+from export.policy import resample_tactics_by_cost
 from export.static import freeze, materialize
 
 from .export_cases import random_model
@@ -65,7 +65,7 @@ def test_keeps_the_network_with_the_smallest_median(monkeypatch, one_block, medi
     exported = []
     monkeypatch.setattr(tune, "measure", measure)
     monkeypatch.setattr(tune, "to_onnx", stand_in_exporter(exported))
-    tactics, evidence = tune.fastest_network(static, ["matmul"], resample, threads=1, repeats=3)
+    tactics, evidence = policy.fastest_network(static, ["matmul"], resample, threads=1, repeats=3)
     assert exported == [["matmul"], ["direct"], ["dft"]]  # each candidate lowered as it says
     assert calls == [3]  # and timed side by side, in one measurement
     # matmul everywhere is the per-layer choice itself: timed once, as "per-layer"
@@ -83,7 +83,7 @@ def test_no_alternative_times_nothing(monkeypatch, one_block):
     exported = []
     monkeypatch.setattr(tune, "measure", measure)
     monkeypatch.setattr(tune, "to_onnx", stand_in_exporter(exported))
-    tactics, evidence = tune.fastest_network(static, ["direct"], resample, singles=("direct",))
+    tactics, evidence = policy.fastest_network(static, ["direct"], resample, singles=("direct",))
     assert tactics == ["direct"] and evidence["kept"] == "per-layer"
     assert calls == [] and exported == []
     assert evidence["candidates"] == [{"name": "per-layer", "tactics": ["direct"]}]
@@ -93,7 +93,7 @@ def test_export_uses_the_kept_network_and_records_why(monkeypatch, tmp_path):
     """With injected timings the per-layer winner is dft for every block, but the whole network
     with matmul everywhere is fastest: the export lowers matmul, says so, and still verifies."""
     per_layer = {"direct": 3.0, "matmul": 2.0, "dft": 1.0}
-    monkeypatch.setattr(pipeline, "measure_tactics", lambda static, *args: [
+    monkeypatch.setattr(policy, "measure_tactics", lambda static, *args: [
         {t: {"median_ms": ms, "min_ms": ms} for t, ms in per_layer.items()}
         for _ in static.blocks])
     monkeypatch.setattr(tune, "measure", injected()[0])  # the networks: the last one fastest

@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
+from dnarch_deploy.tasks.__main__ import main
+from dnarch_deploy.tasks.cache import cache_path, load_npz, save_npz
 from search.tasks import Task, TaskError, list_tasks, load_task
-from search.tasks.__main__ import main
-from search.tasks.cache import cache_path, load_npz, save_npz
 
 TINY = {
     "ucr:GunPoint": {},

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from search.tasks import darcy, load_task
+from dnarch_deploy.tasks import darcy, load_task
 
 SMALL = dict(size=17, refine=2, n_train=6, n_val=2, n_test=2)
 

@@ -5,7 +5,7 @@ import pytest
 
 from search.tasks import load_task
 
-# Token ids as documented in search/tasks/listops.py (0 is padding).
+# Token ids as documented in dnarch_deploy/tasks/listops.py (0 is padding).
 SYMBOLS = {**{d + 1: str(d) for d in range(10)}, 11: "MIN", 12: "MAX", 13: "MED", 14: "SM",
            15: "]"}
 

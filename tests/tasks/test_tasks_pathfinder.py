@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from search.tasks import load_task, pathfinder
+from dnarch_deploy.tasks import load_task, pathfinder
 
 N_IMAGES = 60
 FINE = 8  # the test's own rendering runs at 8x the image resolution

@@ -1,5 +1,5 @@
-"""Task names -> loaders. Family modules are imported on first use, so importing search.tasks
-stays light (no scipy until a generator runs)."""
+"""Task names -> loaders. Family modules are imported on first use, so importing
+dnarch_deploy.tasks stays light (no scipy until a generator runs)."""
 
 from __future__ import annotations
 

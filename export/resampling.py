@@ -1,0 +1,191 @@
+"""Spectral resampling lowered to fixed-size operators, per axis (:data:`RESAMPLE_TACTICS`).
+
+:func:`dnarch_deploy.spectral.resample` (resolution-mask values included) is a real linear map
+per axis, lowered as ``dense``: one MatMul with its (n, size) matrix (:class:`AxisMatMul`; best on
+short axes), or ``factored``: a four-step FFT of four MatMuls, the crop and mask folded in
+(:class:`FactoredResample`; O((n + size)(N2 + keep / N2)) instead of O(n size), long axes).
+Which one a block gets is :mod:`export.policy`'s choice.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from dnarch_deploy.spectral import resample_matrix
+
+from .static import Resample
+
+# --- resampling as MatMul -------------------------------------------------------------------------
+
+
+class AxisMatMul(nn.Module):
+    """A fixed linear map along one spatial axis (dim -1 or -2) as one MatMul."""
+
+    def __init__(self, matrix: Tensor, dim: int):
+        super().__init__()
+        self.dim = dim
+        self.sizes = tuple(matrix.shape)  # (samples in, samples out) along the axis
+        # stored the way it is applied: x @ M (last axis) or M^T @ x (second-to-last axis)
+        weight = matrix if dim == -1 else matrix.T
+        self.register_buffer("weight", weight.to(torch.float32).contiguous())
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.dim == -1:
+            return torch.matmul(x, self.weight)
+        return torch.matmul(self.weight, x)
+
+    def macs(self) -> int:
+        """Real multiply-accumulates per line along the axis: every output reads every input."""
+        return self.sizes[0] * self.sizes[1]
+
+    def extra_repr(self) -> str:
+        return f"{self.sizes[0]} -> {self.sizes[1]} along dim {self.dim}"
+
+
+def lower_resample(module: Resample, n: int, tactic: str = "dense") -> nn.Module:
+    """The frozen resampler of a length-n axis as ``tactic`` (:data:`RESAMPLE_TACTICS`): ``dense``
+    one MatMul, its (n, size) matrix built in float64 by applying it to the identity
+    (:func:`dnarch_deploy.spectral.resample_matrix`); ``factored`` a four-step FFT of MatMuls
+    (:class:`FactoredResample`)."""
+    mask = None if module.mask is None else module.mask.double()
+    if tactic == "factored":
+        return FactoredResample(n, module.size, module.dim, mask)
+    if tactic != "dense":
+        raise ValueError(f"unknown resampling tactic {tactic!r}; choose from dense, factored")
+    matrix = resample_matrix(n, module.size, mask, dtype=torch.float64)
+    return AxisMatMul(matrix, module.dim)
+
+# --- resampling as a factored (four-step) MatMul FFT ---------------------------------------------
+
+RESAMPLE_TACTICS = ("dense", "factored")
+
+
+def resample_bin_weights(n: int, size: int, mask: np.ndarray | None = None) -> np.ndarray:
+    """c_k, k < min(n, size) // 2 + 1, with :func:`dnarch_deploy.spectral.resample` from n to
+    ``size`` samples == ``y_s = Re sum_k c_k X_k exp(2 pi i k s / size)``, X = the unnormalised DFT
+    of x. Mirrors ``_resample_fft``: the mask, the folded Nyquist bin of an even target (x2), the
+    split Nyquist bin of an even source (x1/2), irfft's weight (1 for DC and the Nyquist bin of
+    ``size``, else 2) and rfft's 1 / n (norm="forward")."""
+    keep = min(n, size) // 2 + 1
+    c = np.ones(keep) if mask is None else np.asarray(mask, dtype=np.float64)[:keep].copy()
+    if size < n and size % 2 == 0:
+        c[-1] *= 2
+    if size > n and n % 2 == 0:
+        c[-1] *= 0.5
+    k = np.arange(keep)
+    return c * np.where((k == 0) | (2 * k == size), 1.0, 2.0) / n
+
+
+def _factored_macs(n: int, size: int, n2: int) -> int:
+    """Real multiply-accumulates per channel of :class:`FactoredResample` with split ``n2``."""
+    n1, m = n // n2, size // n2
+    k1 = -(-(min(n, size) // 2 + 1) // n2)
+    return 2 * n2 * n2 * n1 + 4 * n2 * n1 * k1 + 4 * n2 * k1 * m + 2 * n2 * n2 * m
+
+
+def factored_split(n: int, size: int) -> tuple[int, int]:
+    """(N2, MACs per channel): the common divisor N2 of n and ``size`` minimising
+    :func:`_factored_macs`."""
+    g = math.gcd(n, size)
+    return min(((d, _factored_macs(n, size, d)) for d in range(1, g + 1) if g % d == 0),
+               key=lambda t: t[1])
+
+
+class FactoredResample(nn.Module):
+    """Spectral resampling from n to ``size`` samples along one axis, as a four-step FFT of four
+    large MatMuls (plus Reshape / Transpose). Exact: the same linear map as
+    :func:`dnarch_deploy.spectral.resample`, about (n + size) (2 N2 + 4 keep / N2) multiply-adds
+    per line instead of n size.
+
+    With N2 dividing n and size (N1 = n / N2, M = size / N2), t = t1 + N1 t2, the bin
+    k = N2 k1 + k2 and the output sample s = s1 + M s2; the kept bins k < keep are k1 < K1 =
+    ceil(keep / N2) (the crop), and with c the bin weights (:func:`resample_bin_weights`: mask,
+    Nyquist handling, zero for k >= keep):
+        A[k2, t1]  = sum_t2 W_N2^(t2 k2) x[t1 + N1 t2]                    (1) one MatMul, re | im
+        X[k2, k1]  = sum_t1 W_n^(t1 k2) W_N1^(t1 k1) A[k2, t1]           (2) per k2 (batched)
+        U[k2, s1]  = sum_k1 W_size^(-k2 s1) W_M^(-k1 s1) c[k] X[k2, k1]  (3) per k2 (batched)
+        y[s1 + M s2] = Re sum_k2 W_N2^(-k2 s2) U[k2, s1]                  (4) one MatMul
+    The twiddles and the bin weights are folded into the per-k2 matrices of (2) and (3), complex
+    products into real block matrices [[re, im], [-im, re]]; every MatMul runs over all lines
+    (batch x channels) at once.
+    """
+
+    def __init__(self, n: int, size: int, dim: int, mask: Tensor | None = None,
+                 n2: int | None = None, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.dim, self.sizes = dim, (n, size)
+        if n2 is None:
+            n2 = factored_split(n, size)[0]
+        if n % n2 or size % n2:
+            raise ValueError(f"N2={n2} must divide both {n} and {size}")
+        n1, m = n // n2, size // n2
+        keep = min(n, size) // 2 + 1
+        k1 = -(-keep // n2)
+        self.n2, self.n1, self.m, self.k1 = n2, n1, m, k1
+        c = np.zeros(k1 * n2)
+        c[:keep] = resample_bin_weights(n, size, None if mask is None else mask.double().numpy())
+        c = c.reshape(k1, n2).T  # (k2, k1)
+        j2, t1, q1, s1 = np.arange(n2), np.arange(n1), np.arange(k1), np.arange(m)
+        f = np.exp(-2j * np.pi * (np.outer(j2, j2) % n2) / n2)  # (k2, t2)
+        # (2): (k2, t1, k1) = W_n^(t1 k2) W_N1^(t1 k1)
+        g = np.exp(-2j * np.pi * ((j2[:, None, None] * t1[None, :, None]) % n) / n) * np.exp(
+            -2j * np.pi * ((t1[None, :, None] * q1[None, None, :]) % n1) / n1)
+        # (3): (k2, k1, s1) = c W_size^(-k2 s1) W_M^(-k1 s1)
+        h = c[:, :, None] * np.exp(
+            2j * np.pi * ((j2[:, None, None] * s1[None, None, :]) % size) / size) * np.exp(
+            2j * np.pi * ((q1[None, :, None] * s1[None, None, :]) % m) / m)
+        e = np.exp(2j * np.pi * (np.outer(j2, j2) % n2) / n2)  # (s2, k2)
+        buffers = {
+            "w1": np.concatenate([f.real, f.imag], axis=0),  # (2 N2, N2): rows re | im
+            "w2": _complex_block(g),  # (N2, 2 N1, 2 K1)
+            "w3": _complex_block(h),  # (N2, 2 K1, 2 M)
+            "w4": np.concatenate([e.real, -e.imag], axis=1),  # (N2, 2 N2): Re of e @ (re + i im)
+        }
+        for name, value in buffers.items():
+            self.register_buffer(name, torch.from_numpy(np.ascontiguousarray(value)).to(dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.dim == -2:
+            x = x.transpose(-1, -2)
+        lead = x.shape[:-1]
+        n1, n2, m = self.n1, self.n2, self.m
+        a = x.reshape(-1, n2, n1).transpose(0, 1).reshape(n2, -1)  # (t2, lines t1)
+        a = torch.matmul(self.w1, a)  # (1): (2 k2, lines t1) = re | im
+        a = a.reshape(2, n2, -1, n1).permute(1, 2, 0, 3).reshape(n2, -1, 2 * n1)
+        z = torch.matmul(torch.matmul(a, self.w2), self.w3)  # (2), (3): (k2, lines, re | im s1)
+        z = z.reshape(n2, -1, 2, m).permute(2, 0, 1, 3).reshape(2 * n2, -1)  # (re | im k2, ...)
+        y = torch.matmul(self.w4, z)  # (4): (s2, lines s1)
+        y = y.reshape(n2, -1, m).transpose(0, 1).reshape(*lead, self.sizes[1])
+        return y.transpose(-1, -2) if self.dim == -2 else y
+
+    def macs(self) -> int:
+        """Real multiply-accumulates per line along the axis."""
+        return _factored_macs(*self.sizes, self.n2)
+
+    def extra_repr(self) -> str:
+        return (f"{self.sizes[0]} -> {self.sizes[1]} along dim {self.dim}, "
+                f"N2={self.n2}, N1={self.n1}, M={self.m}, K1={self.k1}")
+
+
+def _complex_block(w: np.ndarray) -> np.ndarray:
+    """(..., p, q) complex -> (..., 2p, 2q) real with [re | im] @ it == [re | im] of the product."""
+    return np.concatenate([np.concatenate([w.real, w.imag], axis=-1),
+                           np.concatenate([-w.imag, w.real], axis=-1)], axis=-2)
+
+
+def resample_macs(tactic: str, n: int, size: int) -> int:
+    """Real multiply-accumulates per line of one resampling of a length-n axis to ``size``."""
+    if tactic == "dense":
+        return n * size
+    if tactic == "factored":
+        return factored_split(n, size)[1]
+    raise ValueError(f"unknown resampling tactic {tactic!r}; choose from dense, factored")
+
+
+def resample_candidates(n: int, size: int) -> tuple[str, ...]:
+    """The tactics worth trying: ``factored`` needs a common factor N2 > 1 of n and ``size``."""
+    return RESAMPLE_TACTICS if factored_split(n, size)[0] > 1 else ("dense",)

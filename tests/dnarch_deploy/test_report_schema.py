@@ -1,0 +1,89 @@
+"""The export report's schema (rundir.read_report): what export writes is read back; anything
+else is a RunError naming the file and the field."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from dnarch_deploy import rundir
+from dnarch_deploy.rundir import RunError, read_report
+
+
+def entry(theoretical: float, paper: float, ms: float | None, tactic: str | None = None) -> dict:
+    by_batch = {} if ms is None else {"1": ms, "4": 3 * ms}
+    return {"tactic": tactic, "theoretical": theoretical, "paper": paper, "measured_ms": ms,
+            "measured_ms_by_batch": by_batch}
+
+
+REPORT = {
+    "schema": "dnarch-export",
+    "version": 1,
+    "tactics": ["direct"],
+    "equivalence": {"static": {"max_abs": 1e-7, "max_rel": 2e-7}},
+    "tolerance": 1e-4,
+    "ops": {"Conv": 1, "MatMul": 4},
+    "backends": {"onnxruntime": {"compatible": True, "unsupported_ops": []},
+                 "tensorrt": {"compatible": True, "unsupported_ops": []}},
+    "latency": {
+        "batches": [1, 4],
+        "layers": {"encoder": entry(10, 12, 0.1), "blocks.0": entry(20, 25, 0.2, "direct"),
+                   "decoder": entry(5, 5, None)},
+        "total": entry(35, 42, 0.4),
+        "eager": {"trained_ms": {"1": 1.0, "4": 2.0}},
+    },
+    "options": {},
+}
+
+
+def write(tmp_path: Path, report: dict) -> Path:
+    (tmp_path / rundir.EXPORT).mkdir(exist_ok=True)
+    (tmp_path / rundir.REPORT).write_text(json.dumps(report))
+    return tmp_path
+
+
+def test_a_report_as_export_writes_it_reads_back(tmp_path):
+    assert read_report(write(tmp_path, REPORT)) == REPORT
+    assert rundir.REPORT == "export/report.json"
+    unbenchmarked = {**REPORT, "latency": None}  # export --no-bench
+    assert read_report(write(tmp_path, unbenchmarked))["latency"] is None
+
+
+def damaged(change) -> dict:
+    report = copy.deepcopy(REPORT)
+    change(report)
+    return report
+
+
+CASES = {
+    "schema": (lambda r: r.update(schema="other"), r"field 'schema' must be 'dnarch-export'"),
+    "version": (lambda r: r.update(version=2), r"field 'version' is 2; .* export version 1"),
+    "missing": (lambda r: r.pop("ops"), r"missing field 'ops'"),
+    "equivalence": (lambda r: r["equivalence"]["static"].update(max_rel="small"),
+                    r"field 'equivalence.static.max_rel' must be a number"),
+    "ops": (lambda r: r.update(ops=["Conv"]), r"field 'ops' must be an object"),
+    "count": (lambda r: r["ops"].update(Conv=1.5), r"field 'ops.Conv' must be a count"),
+    "backend": (lambda r: r["backends"].update(tensorrt="ok"),
+                r"field 'backends.tensorrt' must be an object"),
+    "layer": (lambda r: r["latency"]["layers"]["blocks.0"].pop("theoretical"),
+              r"field 'latency.layers.blocks.0.theoretical' must be a number \(missing\)"),
+    "layers-list": (lambda r: r["latency"].update(layers=[]),
+                    r"field 'latency.layers' must be an object"),
+    "total": (lambda r: r["latency"].pop("total"), r"field 'latency.total' must be an object"),
+    "total-batch": (lambda r: r["latency"]["total"]["measured_ms_by_batch"].pop("4"),
+                    r"field 'latency.total.measured_ms_by_batch.4' must be a number"),
+    "eager": (lambda r: r["latency"]["eager"]["trained_ms"].update({"4": None}),
+              r"field 'latency.eager.trained_ms.4' must be a number"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_damaged_report_names_file_and_field(case, tmp_path):
+    change, message = CASES[case]
+    run = write(tmp_path, damaged(change))
+    with pytest.raises(RunError, match=message) as error:
+        read_report(run)
+    assert str(error.value).startswith(f"{run / 'export' / 'report.json'}: ")
