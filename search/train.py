@@ -30,7 +30,7 @@ from .records import append_jsonl, write_json
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
+    """The loss became NaN or infinite (search.run says what is kept)."""
 
 
 @dataclass
@@ -208,8 +208,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False) -> dict:
             if not torch.isfinite(loss):
                 raise TrainingDiverged(
                     f"loss became {float(loss)} at epoch {epoch}, step {step} "
-                    f"(objective {float(loss_obj)}, complexity {float(loss_comp)}); the last good "
-                    f"checkpoint is kept in {run_dir / R.CHECKPOINTS}. Try a lower --lr.")
+                    f"(objective {float(loss_obj)}, complexity {float(loss_comp)}): try a lower "
+                    f"--lr than {cfg.lr:g}")
             opt.zero_grad()
             loss.backward()
             distributed.average_gradients(model, world)
@@ -294,5 +294,5 @@ def write_config(cfg: SearchConfig, run_dir: Path, task, device: str, world_size
         "task_options": cfg.task_options(), "seed": cfg.seed, "model": mcfg.to_dict(),
         "train": cfg.to_dict(), "device": device, "world_size": world_size,
         "base_macs": base_cost(mcfg), "target_macs": cfg.budget * base_cost(mcfg),
-        "versions": versions(), "command": sys.argv,
+        "data": R.data_fingerprint(task), "versions": versions(), "command": sys.argv,
     })
