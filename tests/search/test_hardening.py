@@ -66,7 +66,7 @@ def copy_run(run: Path, tmp_path: Path) -> Path:
     return dst
 
 
-# --- case 1: sizes from the data and the flags are limited before anything is allocated ----------
+# --- case 1: sizes from the data and the flags are limited before anything is allocated -----------
 
 
 @pytest.mark.parametrize(("labels", "needles"), [
@@ -107,7 +107,7 @@ def test_no_validation_samples_is_refused_before_training(capsys, tmp_path):
     assert not out.exists()
 
 
-# --- case 4: a failure after the run directory exists leaves it removed or resumable -------------
+# --- case 4: a failure after the run directory exists leaves it removed or resumable --------------
 
 
 def test_divergence_before_the_first_checkpoint_removes_the_run_dir(capsys, tmp_path):
@@ -188,7 +188,7 @@ def test_killed_before_the_first_checkpoint_resumes_from_epoch_0(capsys, tmp_pat
     assert rows(out) == rows(straight)  # started again from scratch: the same run
 
 
-# --- case 3: --resume compares every flag the user typed, whatever its value ---------------------
+# --- case 3: --resume compares every flag the user typed, whatever its value ----------------------
 
 
 def test_resume_refuses_a_flag_equal_to_its_default(capsys, npz_run, tmp_path):
@@ -225,7 +225,7 @@ def test_resume_with_more_epochs_records_them(capsys, npz_run, tmp_path):
     assert epochs == [0, 1, 2]
 
 
-# --- case 5: a checkpoint that does not fit config.json --------------------------------------------
+# --- case 5: a checkpoint that does not fit config.json -------------------------------------------
 
 
 def test_resume_with_a_checkpoint_that_does_not_fit_the_config(capsys, npz_run, tmp_path):
@@ -240,7 +240,7 @@ def test_resume_with_a_checkpoint_that_does_not_fit_the_config(capsys, npz_run, 
     assert tree(run) == before
 
 
-# --- case 6: the data a run was trained on is fingerprinted ----------------------------------------
+# --- case 6: the data a run was trained on is fingerprinted ---------------------------------------
 
 
 def test_config_records_the_data_fingerprint(npz_run):
@@ -268,7 +268,7 @@ def test_resume_refuses_changed_data_unless_allowed(capsys, npz_run, tmp_path):
     assert code == 0
 
 
-# --- case 8: damaged records are named, not silently dropped ----------------------------------------
+# --- case 8: damaged records are named, not silently dropped --------------------------------------
 
 
 def test_resume_refuses_a_damaged_line_before_the_last(capsys, npz_run, tmp_path):
