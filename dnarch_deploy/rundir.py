@@ -70,8 +70,8 @@ def read_text(path: str | Path, within: str | Path | None = None,
         real, root = path.resolve(), Path(within).resolve()
         if not real.is_relative_to(root):
             raise RefusedFile(f"{path}: a link to {real}, outside the run directory: not read")
-    try:
-        with open(path, "rb") as f:
+    try:  # O_NONBLOCK: opening a FIFO must not wait for a writer
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
             info = os.fstat(f.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise RefusedFile(f"{path}: not a regular file: not read")
