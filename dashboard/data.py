@@ -32,7 +32,9 @@ MAX_DEPTH = 4  # how deep under the runs directory run directories are looked fo
 
 
 def find_runs(root: str | Path) -> list[Path]:
-    """Run directories (those holding config.json) under ``root``, sorted by relative path."""
+    """Run directories (those holding config.json) under ``root``, sorted by relative path; not
+    those in hidden folders (a search's RUN_DIR being made, an export's temporary folder) nor
+    those that lead out of ``root``."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -41,8 +43,10 @@ def find_runs(root: str | Path) -> list[Path]:
     for config in root.rglob(rundir.CONFIG):  # rglob does not descend into linked folders
         run = config.parent
         depth = len(run.relative_to(root).parts)
+        parts = run.relative_to(root).parts
         inside = run.resolve().is_relative_to(real_root)
-        if inside and depth <= MAX_DEPTH and rundir.EXPORT not in run.relative_to(root).parts:
+        hidden = any(p.startswith(".") for p in parts)  # a run or an export being written
+        if inside and not hidden and depth <= MAX_DEPTH and rundir.EXPORT not in parts:
             found.append(run)
     return sorted(found, key=lambda p: str(p.relative_to(root)))
 

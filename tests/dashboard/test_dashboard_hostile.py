@@ -81,10 +81,11 @@ def test_links_inside_export_are_not_followed(runs, tmp_path):
     assert not any(f.startswith(("link.bin", "outside")) for f in files)
 
 
-def test_runs_linked_from_outside_the_root_are_not_listed(runs, tmp_path):
+def test_runs_linked_from_outside_the_root_or_hidden_are_not_listed(runs, tmp_path):
     outside = tmp_path / "outside-run"
     shutil.copytree(runs / GUNPOINT, outside)
     (runs / "linked").symlink_to(outside)
+    shutil.copytree(runs / GUNPOINT, runs / ".gunpoint2.creating-x")  # search.run making one
     assert [r.name for r in data.find_runs(runs)] == [GUNPOINT]
 
 
