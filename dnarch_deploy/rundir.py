@@ -176,7 +176,9 @@ def data_fingerprint(task) -> dict[str, Any]:
         a = np.ascontiguousarray(getattr(task, name))
         digest.update(f"{name} {a.dtype.str} {a.shape}".encode())
         digest.update(memoryview(a).cast("B"))
+    options = task.info.get("options", {})
     fingerprint = {"task": task.name, "seed": task.info.get("seed"),
+                   "options": json.loads(json.dumps(options, default=str)),
                    "arrays_sha256": digest.hexdigest()}
     if task.info.get("file_sha256"):
         fingerprint.update(file=task.info["file"], file_sha256=task.info["file_sha256"])

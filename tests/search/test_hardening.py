@@ -250,6 +250,7 @@ def test_config_records_the_data_fingerprint(npz_run):
     path = Path(data["file"])
     assert data["file_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert len(data["arrays_sha256"]) == 64 and data["seed"] == 0
+    assert data["options"] == {"val_fraction": 0.1, "layout": "auto"}  # the loader's settings
 
 
 def test_resume_refuses_changed_data_unless_allowed(capsys, npz_run, tmp_path):
