@@ -24,6 +24,12 @@ QUICK = ["--no-tune", "--no-torchscript", "--no-bench", "--test-samples", "16",
          "--calibration-samples", "32"]
 
 
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch):
+    """No progress bars on stderr (the CLI runs in this process): stderr holds the message."""
+    monkeypatch.setenv("CI", "1")
+
+
 def tree(path: Path) -> dict[str, int]:
     return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in path.rglob("*")}
 

@@ -22,6 +22,12 @@ FAST = ["--depth", "1", "--width", "4", "--batch-size", "8", "--epochs", "1",
         "--warmup-epochs", "0", "--eval-batch-size", "64"]
 
 
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch):
+    """No progress bars on stderr (the CLI runs in this process): stderr holds the message."""
+    monkeypatch.setenv("CI", "1")
+
+
 def search(capsys, *args: str) -> tuple[int, str]:
     """Run the CLI in this process: (exit status, stderr)."""
     capsys.readouterr()
@@ -110,6 +116,7 @@ def test_no_validation_samples_is_refused_before_training(capsys, tmp_path):
 # --- case 4: a failure after the run directory exists leaves it removed or resumable --------------
 
 
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")  # train's message
 def test_divergence_before_the_first_checkpoint_removes_the_run_dir(capsys, tmp_path):
     out = tmp_path / "run"
     code, err = search(capsys, "--task", "ucr:GunPoint", *FAST, "--lr", "1e8", "--out", out)
