@@ -14,6 +14,17 @@ def current_umask() -> int:
     return mask
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (the owner of a temporary folder named after it)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over ``path``.
     The file gets the mode a plain ``open`` would give it (0666 less the umask), not mkstemp's

@@ -27,7 +27,7 @@ import onnxruntime
 import torch
 
 from dnarch_deploy import DNArch
-from dnarch_deploy.io import atomic_write_text
+from dnarch_deploy.io import atomic_write_text, process_alive
 from dnarch_deploy.rundir import EXPORT, RunError, check_data, load_run
 
 from .artifacts import (
@@ -314,16 +314,6 @@ TMP_PREFIX = f".{EXPORT}-"  # .export-PID-XXXX (being written), .export-old-PID 
 LEGACY_SECONDS = 3600  # temporary folders of exports that did not name their process
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale(run_dir: Path) -> list[Path]:
     """Remove the temporary folders of exports that were killed (their process is gone, or,
     for folders that do not name one, untouched for an hour); returns them."""
@@ -332,7 +322,7 @@ def remove_stale(run_dir: Path) -> list[Path]:
         parts = path.name[len(TMP_PREFIX):].split("-")
         pid = parts[1] if parts[0] == "old" and len(parts) > 1 else parts[0]
         if pid.isdigit():
-            stale = not _alive(int(pid))
+            stale = not process_alive(int(pid))
         else:
             stale = time.time() - path.lstat().st_mtime > LEGACY_SECONDS
         if stale and path.is_dir() and not path.is_symlink():

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dnarch_deploy import rundir as R
-from dnarch_deploy.io import current_umask
+from dnarch_deploy.io import current_umask, process_alive
 
 from . import checkpoint, distributed
 from .config import SearchConfig, parse_args
@@ -112,9 +112,14 @@ def create_run_dir(run_dir: Path, write: Callable[[Path], None]) -> None:
     """Make RUN_DIR whole or not at all: built as a hidden sibling (``checkpoints/`` and what
     ``write`` puts there), then renamed into place."""
     where = f"cannot write the run directory {run_dir}"
+    prefix = f".{run_dir.name}.creating-"
     try:
         run_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.creating-", dir=run_dir.parent))
+        for stale in run_dir.parent.glob(prefix + "*"):  # left by a process killed right here
+            pid = stale.name[len(prefix):].split("-")[0]
+            if pid.isdigit() and not process_alive(int(pid)) and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=run_dir.parent))
     except OSError as e:
         raise UsageError(f"{where}: {e.strerror}") from None
     try:

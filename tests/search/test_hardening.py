@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -136,6 +137,17 @@ def test_full_disk_while_creating_the_run_dir_leaves_nothing(capsys, tmp_path, m
     assert code == 2
     one_message(err, f"cannot write the run directory {out}", "No space left on device")
     assert list(tmp_path.iterdir()) == []  # neither the run nor its hidden staging folder
+
+
+def test_staging_folders_of_killed_searches_are_removed(capsys, tmp_path, monkeypatch):
+    dead = tmp_path / f".run.creating-{2**22 + 7}-abc"  # above Linux's pid_max: no process
+    live = tmp_path / f".run.creating-{os.getpid()}-abc"
+    for folder in (dead, live):
+        (folder / "checkpoints").mkdir(parents=True)
+    monkeypatch.setattr("search.train.write_json", _full_disk)  # stop once it is made
+    code, _ = search(capsys, "--task", "ucr:GunPoint", *FAST, "--out", tmp_path / "run")
+    assert code == 2
+    assert sorted(tmp_path.iterdir()) == [live]
 
 
 def test_full_disk_before_the_first_checkpoint_removes_the_run_dir(capsys, tmp_path,
