@@ -147,7 +147,7 @@ def peer(task: str, seed: int) -> tuple[str, float, float]:
 def anchors(task: str) -> dict:
     if not task.startswith("ucr:"):
         return {}
-    from search.tasks.ucr import ANCHORS
+    from dnarch_deploy.tasks.ucr import ANCHORS
 
     return ANCHORS.get(task[4:], {})
 

@@ -52,11 +52,20 @@ def chart_grid(charts: list[tuple[go.Figure, str]], wide: bool) -> None:
                 chart(fig, key)
 
 
+def not_read(e: rundir.RefusedFile) -> None:
+    """A file the dashboard refuses to read (a link out of the run, not a regular file, too
+    large): said calmly, since nothing is broken in the dashboard or the run's other files."""
+    st.warning(f"Not shown: {e}. The dashboard reads only regular files inside the run "
+               f"directory, up to {rundir.MAX_RECORD_BYTES // 2**20} MiB each.")
+
+
 def section(title: str, show: Callable[[], None]) -> None:
     """A titled part of a view; a damaged file shows its message here without hiding the rest."""
     st.markdown(f"#### {title}")
     try:
         show()
+    except rundir.RefusedFile as e:
+        not_read(e)
     except SchemaError as e:
         st.error(f"Cannot show {title.lower()}: {e}")
 
@@ -73,7 +82,10 @@ def runs_view(root: Path, chosen: dict[str, Path]) -> None:
                                 "complexity ratio": number("%.3f")})
     damaged = runs[runs["problem"] != ""]
     for _, row in damaged.iterrows():
-        st.error(f"Run {row['run']} is damaged: {row['problem']}")
+        if row["status"] == "not read":
+            st.warning(f"Run {row['run']}: a file was not read: {row['problem']}")
+        else:
+            st.error(f"Run {row['run']} is damaged: {row['problem']}")
     if runs["test metric"].notna().any():
         chart(figures.runs_scatter(runs), "runs-scatter")
     if chosen:
@@ -177,10 +189,10 @@ def training_view(run: Path, key: str, wide: bool) -> None:
 
 
 def deployment_view(run: Path, key: str, wide: bool) -> None:
+    data.check_export(run)  # export/ leading out of the run: RefusedFile, shown as "not read"
     if not (run / data.REPORT).exists():
-        status = data.export_status(run)
         hint = f"`python -m export.onnx {run}`"
-        if status == "exporting":
+        if data.export_status(run) == "exporting":
             st.info(f"Export in progress or incomplete: no export/report.json yet ({hint}).")
         else:
             st.info(f"Not exported yet. Export this run with {hint}.")
@@ -188,6 +200,10 @@ def deployment_view(run: Path, key: str, wide: bool) -> None:
     report = data.read_report(run)
 
     def latency() -> None:
+        if not data.has_latency(report):
+            st.info(f"Latency was not measured: this export ran with --no-bench. Export again "
+                    f"without it to see it: `python -m export.onnx {run}`.")
+            return
         batches = data.latency_batches(report)
         if not batches:
             st.info("Latency was not measured (export --no-bench).")
@@ -263,6 +279,8 @@ def page(view: str, root: Path, chosen: dict[str, Path]) -> None:
             st.subheader(name)
             try:
                 RUN_VIEWS[view](run, name, len(chosen) == 1)
+            except rundir.RefusedFile as e:
+                not_read(e)
             except SchemaError as e:
                 st.error(f"Cannot show this run's {view.lower()}: {e}")
 

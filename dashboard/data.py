@@ -2,12 +2,17 @@
 
 Everything goes through :mod:`dnarch_deploy.rundir`, so a damaged file raises a ``RunError`` (a
 ``SchemaError``) whose message names the file and the field; the app shows that message.
+Only regular files inside their run directory, under the runs root, are read, each up to
+``rundir.MAX_RECORD_BYTES``: a link out of the run (or the root), a device or a FIFO, an oversized
+file is a ``RefusedFile`` (a RunError), which the app shows as "not read" rather than an error.
 The export report (written by ``python -m export.onnx``) is read through its one schema,
 :func:`dnarch_deploy.rundir.read_report`, which checks it field by field as it is read.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +21,7 @@ import pandas as pd
 
 from dnarch_deploy import rundir
 from dnarch_deploy.architecture import Architecture, SchemaError
-from dnarch_deploy.rundir import RunError
+from dnarch_deploy.rundir import RefusedFile, RunError
 
 REPORT = rundir.REPORT
 LIVE_SECONDS = 600.0  # a run without summary.json whose metrics changed this recently is training
@@ -27,15 +32,21 @@ MAX_DEPTH = 4  # how deep under the runs directory run directories are looked fo
 
 
 def find_runs(root: str | Path) -> list[Path]:
-    """Run directories (those holding config.json) under ``root``, sorted by relative path."""
+    """Run directories (those holding config.json) under ``root``, sorted by relative path; not
+    those in hidden folders (a search's RUN_DIR being made, an export's temporary folder) nor
+    those that lead out of ``root``."""
     root = Path(root)
     if not root.is_dir():
         return []
+    real_root = root.resolve()
     found = []
-    for config in root.rglob(rundir.CONFIG):
+    for config in root.rglob(rundir.CONFIG):  # rglob does not descend into linked folders
         run = config.parent
         depth = len(run.relative_to(root).parts)
-        if depth <= MAX_DEPTH and rundir.EXPORT not in run.relative_to(root).parts:
+        parts = run.relative_to(root).parts
+        inside = run.resolve().is_relative_to(real_root)
+        hidden = any(p.startswith(".") for p in parts)  # a run or an export being written
+        if inside and not hidden and depth <= MAX_DEPTH and rundir.EXPORT not in parts:
             found.append(run)
     return sorted(found, key=lambda p: str(p.relative_to(root)))
 
@@ -57,10 +68,15 @@ def run_status(run: Path, now: float | None = None) -> str:
 
 
 def export_status(run: Path) -> str:
-    """"exported", "damaged report" (report.json unreadable), "exporting" or "not exported"."""
+    """"exported", "damaged report" (report.json unreadable), "not read" (export/ or its report
+    is a link out of the run, or not a regular file), "exporting" or "not exported"."""
+    if not _inside(run, run / rundir.EXPORT):
+        return "not read"
     if (run / REPORT).exists():
         try:
             read_report(run)
+        except RefusedFile:
+            return "not read"
         except RunError:
             return "damaged report"
         return "exported"
@@ -92,7 +108,7 @@ def runs_frame(root: str | Path) -> pd.DataFrame:
             check_run(run)
         except SchemaError as e:
             row["problem"] = str(e)
-            row["status"] = "damaged"
+            row["status"] = "not read" if isinstance(e, RefusedFile) else "damaged"
         rows.append(row)
     return pd.DataFrame(rows, columns=["run", "task", "learn", "metric", "test metric",
                                        "complexity ratio", "status", "export", "problem"])
@@ -123,7 +139,7 @@ def metrics_frame(run: Path) -> pd.DataFrame:
     at that epoch's last step so it can be drawn beside the validation curve.
     """
     path = Path(run) / rundir.METRICS
-    rows = rundir.read_jsonl(path)
+    rows = rundir.read_jsonl(path, within=run)
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise RunError(f"{path}: line {i + 1} is not a JSON object")
@@ -231,6 +247,25 @@ def read_report(run: Path) -> dict[str, Any]:
     return rundir.read_report(run)
 
 
+def has_latency(report: dict[str, Any]) -> bool:
+    """False when the export did not measure latency (``--no-bench``: ``latency`` is null)."""
+    return report.get("latency") is not None
+
+
+def check_export(run: Path) -> Path:
+    """RUN/export, or a RefusedFile when it is a link that leads out of the run directory."""
+    export = Path(run) / rundir.EXPORT
+    if not _inside(run, export):
+        raise RefusedFile(f"{export}: a link to {export.resolve()}, outside the run directory: "
+                          "not read")
+    return export
+
+
+def _inside(run: Path, path: Path) -> bool:
+    """Whether ``path`` (followed through any links) stays inside the run directory."""
+    return path.resolve().is_relative_to(Path(run).resolve())
+
+
 def report_tolerance(report: dict[str, Any]) -> float | None:
     """The relative-error tolerance the export verified against, when the report gives it."""
     return report.get("tolerance")
@@ -322,11 +357,18 @@ def backends_frame(report: dict[str, Any]) -> pd.DataFrame:
 
 
 def artifacts_frame(run: Path) -> pd.DataFrame:
-    """Files under export/ with their sizes."""
-    export = Path(run) / rundir.EXPORT
-    rows = [{"file": str(p.relative_to(export)), "bytes": p.stat().st_size,
-             "size": human_size(p.stat().st_size)}
-            for p in sorted(export.rglob("*")) if p.is_file()]
+    """Regular files under export/ with their sizes; links are not followed (a RefusedFile when
+    export/ itself leads out of the run)."""
+    export = check_export(run)
+    rows = []
+    for folder, dirs, files in os.walk(export, followlinks=False):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(folder) / name
+            info = path.lstat()
+            if stat.S_ISREG(info.st_mode):
+                rows.append({"file": str(path.relative_to(export)), "bytes": info.st_size,
+                             "size": human_size(info.st_size)})
     return pd.DataFrame(rows, columns=["file", "bytes", "size"])
 
 

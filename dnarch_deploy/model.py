@@ -32,6 +32,12 @@ from .kernelnet import KernelNet
 from .spectral import fft_conv, frequency_positions, resample, resolution_for_bins
 
 LEARNABLE = "KRWD"  # K: kernel size, R: resolution, W: width, D: depth
+# Sane limits, checked before anything is allocated (the paper's largest base network is
+# CCNN_{6,380}; the search instantiates up to 2D blocks of 2H channels). A 10^9-class head or a
+# width of 5000 would otherwise fail deep inside the allocator.
+MAX_WIDTH = 1024  # H
+MAX_DEPTH = 32  # D
+MAX_CLASSES = 10_000  # classification outputs
 
 
 @dataclass
@@ -70,6 +76,10 @@ class ModelConfig:
         for name in ("in_channels", "out_channels", "depth", "width"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        limits = {"width": MAX_WIDTH, "depth": MAX_DEPTH, "out_channels": MAX_CLASSES}
+        for name, limit in limits.items():
+            if getattr(self, name) > limit:
+                raise ValueError(f"{name} must be <= {limit}, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 

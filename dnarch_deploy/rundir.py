@@ -18,10 +18,15 @@ imports torch (only :func:`load_run` does), so readers of records and inference 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .architecture import Architecture, SchemaError
 from .tasks import Task, load_task
@@ -59,19 +64,56 @@ EXPORT_ARCHITECTURE_FILE = "architecture.json"
 REPORT_FILE = "report.json"
 REPORT = f"{EXPORT}/{REPORT_FILE}"
 REPORT_KEYS = ("schema", "version", "equivalence", "ops", "latency", "backends")
+# the largest record file any reader takes in (a 60-epoch run's metrics.jsonl is ~40 KB)
+MAX_RECORD_BYTES = 64 * 2**20
 
 
 class RunError(SchemaError):
     """A run directory that is missing, incomplete, damaged or from another version."""
 
 
-def read_json(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A JSON object file with the ``required`` keys, or a RunError naming file and key."""
-    try:
-        data = json.loads(Path(path).read_text())
+class RefusedFile(RunError):
+    """A record that is not a regular file inside its run directory, or too large: not read."""
+
+
+def read_text(path: str | Path, within: str | Path | None = None,
+              limit: int | None = None) -> str:
+    """A record file's text. Refused (RefusedFile): a link that leads out of ``within`` (the
+    run directory), anything but a regular file (a device, a FIFO, a folder), more than ``limit``
+    bytes (default MAX_RECORD_BYTES). A missing file is a RunError "file not found"."""
+    path = Path(path)
+    limit = MAX_RECORD_BYTES if limit is None else limit
+    if within is not None:
+        real, root = path.resolve(), Path(within).resolve()
+        if not real.is_relative_to(root):
+            raise RefusedFile(f"{path}: a link to {real}, outside the run directory: not read")
+    try:  # O_NONBLOCK: opening a FIFO must not wait for a writer
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise RefusedFile(f"{path}: not a regular file: not read")
+            data = f.read(limit + 1)
     except FileNotFoundError:
         raise RunError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except IsADirectoryError:
+        raise RefusedFile(f"{path}: not a regular file: not read") from None
+    except OSError as e:
+        raise RunError(f"{path}: cannot read it ({e.strerror})") from None
+    if len(data) > limit:
+        raise RefusedFile(f"{path}: larger than {limit // 2**20} MiB: not read")
+    try:
+        return data.decode()
+    except UnicodeDecodeError as e:
+        raise RunError(f"{path}: not UTF-8 text ({e})") from None
+
+
+def read_json(path: Path, required: tuple[str, ...] = (),
+              within: str | Path | None = None) -> dict[str, Any]:
+    """A JSON object file with the ``required`` keys, or a RunError naming file and key."""
+    text = read_text(path, within)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
         raise RunError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(data, dict):
         raise RunError(f"{path}: expected a JSON object, got {type(data).__name__}")
@@ -81,12 +123,13 @@ def read_json(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
     return data
 
 
-def read_jsonl(path: Path, allow_partial_last: bool = True) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, allow_partial_last: bool = True,
+               within: str | Path | None = None) -> list[dict[str, Any]]:
     """Objects of a JSON-lines file; a run still writing may leave its last line incomplete."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return []
-    lines = path.read_text().splitlines()
+    lines = read_text(path, within).splitlines()
     rows = []
     for i, line in enumerate(lines):
         if not line.strip():
@@ -102,7 +145,7 @@ def read_jsonl(path: Path, allow_partial_last: bool = True) -> list[dict[str, An
 
 def read_config(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / CONFIG
-    config = read_json(path, CONFIG_KEYS)
+    config = read_json(path, CONFIG_KEYS, within=run_dir)
     if config["schema"] != RUN_SCHEMA:
         raise RunError(f"{path}: field 'schema' must be {RUN_SCHEMA!r}, got {config['schema']!r}")
     if config["version"] != RUN_VERSION:
@@ -112,17 +155,18 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
 
 
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
-    return read_json(Path(run_dir) / SUMMARY, SUMMARY_KEYS)
+    return read_json(Path(run_dir) / SUMMARY, SUMMARY_KEYS, within=run_dir)
 
 
 def read_architecture(run_dir: str | Path) -> Architecture:
-    return Architecture.load(Path(run_dir) / ARCHITECTURE)
+    path = Path(run_dir) / ARCHITECTURE
+    return Architecture.from_dict(read_json(path, within=run_dir), where=str(path))
 
 
 def read_architectures(run_dir: str | Path) -> list[Architecture]:
     path = Path(run_dir) / ARCHITECTURES
     return [Architecture.from_dict(row, where=f"{path} line {i + 1}")
-            for i, row in enumerate(read_jsonl(path))]
+            for i, row in enumerate(read_jsonl(path, within=run_dir))]
 
 
 # --- the export report ------------------------------------------------------------------------
@@ -149,7 +193,7 @@ def read_report(run_dir: str | Path) -> dict[str, Any]:
     The total has a measurement at every batch in ``batches``.
     """
     path = Path(run_dir) / REPORT
-    report = read_json(path, REPORT_KEYS)
+    report = read_json(path, REPORT_KEYS, within=run_dir)
     check = _ReportCheck(path)
     if report["schema"] != EXPORT_SCHEMA:
         check.fail("schema", f"{EXPORT_SCHEMA!r}", report["schema"])
@@ -234,6 +278,47 @@ def check_run_dir(run_dir: str | Path) -> Path:
     return path
 
 
+# --- the data a run was trained on -----------------------------------------------------------
+
+SPLITS = ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test")
+
+
+def data_fingerprint(task) -> dict[str, Any]:
+    """What config.json records about the data: the task's name, seed and options (the generator
+    settings), a sha256 over the six arrays as loaded, and for a user's file its path and sha256."""
+    digest = hashlib.sha256()
+    for name in SPLITS:
+        a = np.ascontiguousarray(getattr(task, name))
+        digest.update(f"{name} {a.dtype.str} {a.shape}".encode())
+        digest.update(memoryview(a).cast("B"))
+    options = task.info.get("options", {})
+    fingerprint = {"task": task.name, "seed": task.info.get("seed"),
+                   "options": json.loads(json.dumps(options, default=str)),
+                   "arrays_sha256": digest.hexdigest()}
+    if task.info.get("file_sha256"):
+        fingerprint.update(file=task.info["file"], file_sha256=task.info["file_sha256"])
+    return fingerprint
+
+
+def check_data(run_dir: str | Path, config: dict[str, Any], task, flag: str) -> None:
+    """Refuse (RunError) data that differ from the fingerprint in config.json; ``flag`` is the
+    option that allows it. Runs written before fingerprints were recorded are not checked."""
+    saved = config.get("data")
+    if not isinstance(saved, dict):
+        return
+    now = data_fingerprint(task)
+    where = f"{Path(run_dir) / CONFIG}"
+    if saved.get("file_sha256") and saved["file_sha256"] != now.get("file_sha256"):
+        raise RunError(f"the data changed since this run was trained: {now.get('file')} has "
+                       f"sha256 {now.get('file_sha256', '?')[:16]}, {where} records "
+                       f"{saved['file_sha256'][:16]} (pass {flag} to use the new data anyway)")
+    if saved.get("arrays_sha256") != now["arrays_sha256"]:
+        raise RunError(f"the data of task {now['task']!r} changed since this run was trained: "
+                       f"arrays sha256 {now['arrays_sha256'][:16]}, {where} records "
+                       f"{str(saved.get('arrays_sha256'))[:16]} (pass {flag} to use the new data "
+                       "anyway)")
+
+
 @dataclass
 class Run:
     """A trained run, loaded: the model in eval mode, its task's data and its records."""
@@ -257,9 +342,18 @@ def load_weights(model, path: Path) -> None:
         state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as e:
         raise RunError(f"{path}: damaged checkpoint ({e})") from None
+    expected = model.state_dict()
+    wrong = [(k, tuple(v.shape), tuple(expected[k].shape)) for k, v in state.items()
+             if k in expected and v.shape != expected[k].shape]
+    if wrong:
+        key, have, want = wrong[0]
+        raise RunError(f"{path}: checkpoint does not match the model {CONFIG} describes: "
+                       f"'{key}' has shape {have} in the checkpoint but {want} by {CONFIG} "
+                       f"({len(wrong)} tensor(s) differ; was {CONFIG} edited or copied from "
+                       "another run?)")
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise RunError(f"{path}: checkpoint does not match the configured model "
+        raise RunError(f"{path}: checkpoint does not match the model {CONFIG} describes "
                        f"(missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]})")
 
 

@@ -11,31 +11,121 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from .artifacts import ARCHITECTURE_FILE, ONNX_FILE, REPORT_FILE
+from .artifacts import ARCHITECTURE_FILE, ONNX_FILE, REPORT_FILE, SCHEMA
 from .timing import session
+
+REEXPORT = "re-export the run with python -m export.onnx RUN_DIR"
+MAX_SPEC_BYTES = 16 * 2**20
 
 
 class InputError(ValueError):
-    """The input does not fit the model: wrong shape, dtype or token range."""
+    """The input does not fit the model (wrong shape, dtype, token range, non-finite values), or
+    the export directory cannot be used: one message naming the file."""
 
 
 def load_spec(export_dir: str | Path) -> dict:
     """The input/output specification recorded in architecture.json."""
-    path = Path(export_dir) / ARCHITECTURE_FILE
+    export_dir = Path(export_dir)
+    path = export_dir / ARCHITECTURE_FILE
+    if (export_dir / "config.json").is_file() and (export_dir / "export").is_dir():
+        raise InputError(f"{export_dir} is a run directory; pass its export directory "
+                         f"{export_dir / 'export'}")
+    if not export_dir.is_dir():
+        raise InputError(f"{export_dir}: no such export directory (give RUN_DIR/export, written "
+                         f"by python -m export.onnx)")
     try:
-        spec = json.loads(path.read_text())["input"]
-        _ = spec["input_shape"], spec["input_dtype"], spec["vocab_size"]
+        with open(path, "rb") as f:
+            data = json.loads(f.read(MAX_SPEC_BYTES))
     except FileNotFoundError:
         raise InputError(f"{path}: not found (is {export_dir} an export directory written by "
                          f"python -m export.onnx?)") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise InputError(f"{path}: damaged or from another version ({e!r})") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: damaged ({e}); {REEXPORT}") from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema != SCHEMA + "-architecture":
+        hint = (f" (this is the search's {ARCHITECTURE_FILE}: {export_dir} looks like a run "
+                f"directory, pass {export_dir / 'export'})" if schema == "dnarch-architecture"
+                else "")
+        raise InputError(f"{path}: not an export's {ARCHITECTURE_FILE} (field 'schema' is "
+                         f"{schema!r}){hint}")
+    try:
+        spec = data["input"]
+        _ = spec["input_shape"], spec["input_dtype"], spec["vocab_size"]
+    except (KeyError, TypeError) as e:
+        raise InputError(f"{path}: damaged or from another version (missing {e}); "
+                         f"{REEXPORT}") from None
     return spec
+
+
+def open_model(export_dir: Path, spec: dict, threads: int = 0):
+    """An onnxruntime session of model.onnx, checked against architecture.json's input."""
+    path = export_dir / ONNX_FILE
+    if not path.is_file():
+        raise InputError(f"{path}: not found; {REEXPORT}")
+    try:
+        sess = session(str(path), threads)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's errors have no common base class
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise InputError(f"{path}: onnxruntime cannot load it (damaged or truncated?): {first}; "
+                         f"{REEXPORT}") from None
+    inputs = sess.get_inputs()
+    dtype = {"tensor(float)": "float32", "tensor(int64)": "int64"}
+    shape = [d if isinstance(d, int) else None for d in inputs[0].shape] if inputs else []
+    want = [None, *spec["input_shape"][1:]]
+    if (len(inputs) != 1 or inputs[0].name != "x" or shape != want
+            or dtype.get(inputs[0].type) != spec["input_dtype"]):
+        got = (f"{describe_shape(shape)} {dtype.get(inputs[0].type, inputs[0].type)}"
+               if inputs else "no input")
+        raise InputError(f"{path} takes {got}, but {export_dir / ARCHITECTURE_FILE} says "
+                         f"{describe_shape(want)} {spec['input_dtype']}: the two files come from "
+                         f"different exports; {REEXPORT}")
+    return sess
+
+
+def load_input(path: Path) -> np.ndarray:
+    """The array in a .npy file, or an InputError naming the file."""
+    try:
+        x = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"--input {path}: no such file") from None
+    except (OSError, EOFError, ValueError) as e:
+        raise InputError(f"--input {path}: not a readable .npy array ({e or 'empty file'})"
+                         ) from None
+    if not isinstance(x, np.ndarray):
+        x.close()
+        raise InputError(f"--input {path}: an .npz archive; give one array saved with np.save")
+    return x
+
+
+def check_output(path: Path) -> None:
+    """--output must name a file in an existing folder (checked before any work)."""
+    if path.is_dir():
+        raise InputError(f"--output {path} is a directory; give a file name, e.g. "
+                         f"{path / 'predictions.npy'}")
+    if not path.parent.is_dir():
+        raise InputError(f"--output {path}: the folder {path.parent} does not exist")
+
+
+def save_output(path: Path, y: np.ndarray) -> None:
+    """np.save to exactly ``path`` (np.save itself would add .npy), written atomically."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, y)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def describe_shape(shape: list) -> str:
@@ -62,6 +152,12 @@ def check_input(x: np.ndarray, spec: dict) -> np.ndarray:
         return x.astype(np.int64, copy=False)
     if not np.issubdtype(x.dtype, np.floating):
         raise InputError(f"input has dtype {x.dtype}; the model expects raw real values {want}")
+    bad = ~np.isfinite(x)
+    if bad.any():
+        samples = np.flatnonzero(bad.reshape(len(x), -1).any(axis=1))
+        raise InputError(f"input has {int(bad.sum())} NaN or infinite value(s), in "
+                         f"{len(samples)} sample(s) (first: sample {samples[0]}); the model "
+                         "needs finite values")
     return x.astype(np.float32, copy=False)
 
 
@@ -71,12 +167,16 @@ class Predictor:
     def __init__(self, export_dir: str | Path, threads: int = 0):
         self.dir = Path(export_dir)
         self.spec = load_spec(self.dir)
-        self.session = session(str(self.dir / ONNX_FILE), threads)
+        self.session = open_model(self.dir, self.spec, threads)
 
     def __call__(self, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
         x = check_input(np.asarray(x), self.spec)
-        parts = [self.session.run(None, {"x": x[i : i + batch_size]})[0]
-                 for i in range(0, len(x), batch_size)]
+        try:
+            parts = [self.session.run(None, {"x": x[i : i + batch_size]})[0]
+                     for i in range(0, len(x), batch_size)]
+        except Exception as e:  # noqa: BLE001 - onnxruntime's errors have no common base class
+            raise InputError(f"{self.dir / ONNX_FILE}: onnxruntime failed: "
+                             f"{str(e).strip()[:300]}") from None
         return np.concatenate(parts)
 
 
@@ -152,13 +252,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="build a TensorRT engine from model.onnx (needs the tensorrt package)")
     args = p.parse_args(argv)
     try:
-        x = np.load(args.input, allow_pickle=False)
+        if args.output:
+            check_output(args.output)
+        x = load_input(args.input)
         predictor = Predictor(args.export_dir, args.threads)
         y = predictor(x)
         if args.tensorrt:
             y = _tensorrt(args.export_dir, predictor, x, y)
         if args.output:
-            np.save(args.output, y)
+            save_output(args.output, y)
     except (InputError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

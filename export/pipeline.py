@@ -27,8 +27,8 @@ import onnxruntime
 import torch
 
 from dnarch_deploy import DNArch
-from dnarch_deploy.io import atomic_write_text
-from dnarch_deploy.rundir import EXPORT, RunError, load_run
+from dnarch_deploy.io import atomic_write_text, process_alive
+from dnarch_deploy.rundir import EXPORT, RunError, check_data, load_run
 
 from .artifacts import (
     AOTI_FILE,
@@ -77,6 +77,7 @@ class ExportOptions:
     threads: int = 1  # onnxruntime intra-op threads, and torch threads while measuring
     repeats: int = 20  # timing repeats (medians)
     per_layer: bool = True  # per-layer latency from sub-models
+    allow_data_change: bool = False  # export although the data differ from the run's fingerprint
 
     def __post_init__(self) -> None:
         if self.tactic is not None and self.tactic not in TACTICS:
@@ -255,11 +256,15 @@ def environment() -> dict:
 def export_run(run_dir: str | Path, options: ExportOptions | None = None) -> dict:
     """Load the run, export it into a temporary directory, and rename that to RUN_DIR/export
     on success. Raises RunError (bad run directory) or VerificationError: nothing written."""
+    options = options or ExportOptions()
     run = load_run(run_dir)
     if run.task is None:
         raise RunError(f"{run_dir}: the run's task could not be loaded")
+    if not options.allow_data_change:  # calibration and verification use the training data
+        check_data(run_dir, run.config, run.task, "--allow-data-change")
+    remove_stale(Path(run_dir))
     target = Path(run_dir) / EXPORT
-    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=run_dir))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=run_dir))
     try:
         umask = os.umask(0)
         os.umask(umask)
@@ -272,12 +277,33 @@ def export_run(run_dir: str | Path, options: ExportOptions | None = None) -> dic
     return report
 
 
+TMP_PREFIX = f".{EXPORT}-"  # .export-PID-XXXX (being written), .export-old-PID (being replaced)
+LEGACY_SECONDS = 3600  # temporary folders of exports that did not name their process
+
+
+def remove_stale(run_dir: Path) -> list[Path]:
+    """Remove the temporary folders of exports that were killed (their process is gone, or,
+    for folders that do not name one, untouched for an hour); returns them."""
+    removed = []
+    for path in run_dir.glob(TMP_PREFIX + "*"):
+        parts = path.name[len(TMP_PREFIX):].split("-")
+        pid = parts[1] if parts[0] == "old" and len(parts) > 1 else parts[0]
+        if pid.isdigit():
+            stale = not process_alive(int(pid))
+        else:
+            stale = time.time() - path.lstat().st_mtime > LEGACY_SECONDS
+        if stale and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def install(tmp: Path, target: Path) -> None:
     """Replace ``target`` by ``tmp`` with renames only (the old export survives any failure
     before the second rename)."""
     old = None
     if target.exists():
-        old = target.with_name(f".{target.name}-old-{os.getpid()}")
+        old = target.with_name(f"{TMP_PREFIX}old-{os.getpid()}")
         os.replace(target, old)
     try:
         os.replace(tmp, target)

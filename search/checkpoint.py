@@ -66,13 +66,38 @@ def save_last(run_dir: Path, model, opt, sched, info: dict) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def load_last(run_dir: Path, model, opt, sched) -> dict:
-    """Restore the newest checkpoint; a damaged one is a RunError naming the file."""
+def last_epoch(run_dir: Path) -> int | None:
+    """The epoch of the newest checkpoint, None when there is none."""
+    dirs = _epoch_dirs(run_dir)
+    return int(dirs[-1].name[len(PREFIX):]) if dirs else None
+
+
+def last_step(run_dir: Path) -> int:
+    """The optimiser steps the newest checkpoint has trained, 0 when there is none."""
     dirs = _epoch_dirs(run_dir)
     if not dirs:
-        raise R.RunError(f"{run_dir / R.CHECKPOINTS}: no checkpoint to resume from "
-                         "(the run stopped before its first epoch ended; start it again "
-                         "without --resume in a new directory)")
+        return 0
+    path = dirs[-1] / "state.pt"
+    try:
+        return int(torch.load(path, weights_only=True, map_location="cpu")["step"])
+    except Exception as e:  # noqa: BLE001 - any failure here means a damaged or foreign file
+        raise R.RunError(f"{path}: damaged training state ({type(e).__name__}: {e})") from None
+
+
+def last_weights(run_dir: Path) -> Path | None:
+    """The newest checkpoint's weights file, None when there is none."""
+    dirs = _epoch_dirs(run_dir)
+    return dirs[-1] / "model.safetensors" if dirs else None
+
+
+def load_last(run_dir: Path, model, opt, sched) -> dict:
+    """Restore the newest checkpoint; a damaged one is a RunError naming the file. A run that
+    stopped before its first checkpoint starts again from epoch 0 (model, optimiser and RNG as
+    a new run leaves them: nothing is loaded)."""
+    dirs = _epoch_dirs(run_dir)
+    if not dirs:
+        return {"epoch": -1, "step": 0, "best": None, "best_epoch": -1, "wall_seconds": 0.0,
+                "best_fits": False}
     last = dirs[-1]
     R.load_weights(model, last / "model.safetensors")
     path = last / "state.pt"
@@ -105,17 +130,23 @@ def clear_attempt(run_dir: Path) -> None:
 
 
 def truncate_records(run_dir: Path, epoch: int) -> None:
-    """Drop records written after the checkpoint of ``epoch`` (a run killed mid-epoch)."""
+    """Drop records written after the checkpoint of ``epoch`` (a run killed mid-epoch). Only the
+    last line may be unreadable (cut by the kill); one before it is a RunError naming it."""
     for name in (R.METRICS, R.ARCHITECTURES):
         path = run_dir / name
         if not path.exists():
             continue
         keep = []
-        for line in path.read_text().splitlines():
+        lines = R.read_text(path, within=run_dir).splitlines()
+        for i, line in enumerate(lines):
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by the kill
+            except json.JSONDecodeError as e:
+                if i == len(lines) - 1:
+                    continue  # a line cut by the kill
+                raise R.RunError(f"{path}: line {i + 1} is not valid JSON ({e}); only the last "
+                                 "line may be cut short. Repair or delete that line, then "
+                                 "resume") from None
             done = row.get("epoch") is not None and row["epoch"] <= epoch
             if done and row.get("split") != "test":
                 keep.append(line)

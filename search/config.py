@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from dnarch_deploy.model import MAX_DEPTH, MAX_WIDTH
+
 # The automatic training length (--steps 0): AUTO_EPOCHS passes over the training split, clipped
 # to [MIN_STEPS, MAX_STEPS] optimiser steps, so that a 40-sample set still gets enough updates and
 # a 4000-sample set stops in CPU-scale time (benchmarks/ucr_quality.py measured both ends).
@@ -81,6 +83,8 @@ class SearchConfig:
     device: str = _f("auto", "auto, cpu or cuda")
     amp: bool = _f(True, "bfloat16 autocast on CUDA (ignored on CPU)")
     resume: bool = _f(False, "continue RUN_DIR from its last checkpoint")
+    allow_data_change: bool = _f(False, "with --resume: continue although the task's data "
+                                 "differ from the fingerprint in config.json")
     eval_batch_size: int = _f(256, "batch size for validation and test")
 
     def __post_init__(self):
@@ -116,6 +120,18 @@ class SearchConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        for f in dataclasses.fields(self):  # inf/nan pass the range checks above
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"--{f.name.replace('_', '-')} must be a finite number, "
+                                 f"got {value}")
+        for flag, value, limit in (("--width", self.width, MAX_WIDTH),
+                                   ("--depth", self.depth, MAX_DEPTH),
+                                   ("--embed-dim", self.embed_dim, MAX_WIDTH)):
+            if not 1 <= value <= limit:
+                raise ValueError(f"{flag} must be in 1..{limit}, got {value}")
+        if self.learn.lower() != "none" and len(set(self.learn.upper())) != len(self.learn):
+            raise ValueError(f"--learn names a component twice: {self.learn!r}")
         if self.learn.lower() == "none" and self.budget != 1.0:
             raise ValueError(f"--learn none trains the fixed base CCNN, whose cost is fixed: "
                              f"--budget {self.budget} cannot be met (leave it at 1.0)")
@@ -147,13 +163,6 @@ class Length:
     steps: int  # optimiser steps in all
     steps_per_epoch: int  # full batches in one pass over the training split
     per_round: int  # steps between two validations
-
-    @property
-    def rounds(self) -> int:
-        return math.ceil(self.steps / self.per_round)
-
-    def round_steps(self, r: int) -> range:
-        return range(r * self.per_round, min((r + 1) * self.per_round, self.steps))
 
 
 def training_length(cfg: SearchConfig, n_train: int) -> Length:
@@ -201,6 +210,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[SearchConfig, set[str]]:
     """The config and the names of the flags the user actually gave (for resume checks)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    defaults = vars(parser.parse_args([]))
-    given = {k for k, v in vars(args).items() if v != defaults[k]}
+    for action in parser._actions:  # a second pass without defaults: what was typed, even
+        action.default = argparse.SUPPRESS  # a value equal to the default
+    given = set(vars(parser.parse_args(argv)))
     return SearchConfig(**vars(args)), given

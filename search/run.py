@@ -3,21 +3,32 @@
 With no flags it runs a small DNArch(K,R,W,D) search on ucr:GunPoint (under a minute on 2 CPU
 cores). ``torchrun --nproc-per-node N -m search.run ...`` trains data-parallel on N processes.
 Errors a user can cause print one message and exit with status 2; nothing already written is lost.
+Everything that can be checked is checked before RUN_DIR is made, and RUN_DIR appears whole
+(config.json and checkpoints/) or not at all. A failure before the first checkpoint removes the
+RUN_DIR it made; a run killed before then (SIGKILL) is started again by ``--resume``.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from dnarch_deploy import rundir as R
+from dnarch_deploy.io import current_umask, process_alive
 
-from . import distributed
+from . import checkpoint, distributed
 from .config import SearchConfig, parse_args
+from .records import write_json
 
-# flags that may differ on --resume (they do not change what is computed)
-RESUMABLE = {"resume", "out", "device", "eval_batch_size", "epochs", "steps"}
+# flags that may differ on --resume (they do not change what is computed, or extend it)
+RESUMABLE = {"resume", "out", "device", "eval_batch_size", "epochs", "steps", "allow_data_change"}
+LENGTH = ("steps", "epochs")  # the two ways to give a run's length: one replaces the other
+RESUME_HINT = "python -m search.run --out {run_dir} --resume"
 
 
 class UsageError(Exception):
@@ -29,32 +40,34 @@ def default_out(cfg: SearchConfig) -> Path:
     return Path("runs") / name
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def prepare_run_dir(cfg: SearchConfig, given: set[str]) -> tuple[Path, SearchConfig]:
-    """Check RUN_DIR against --resume; on resume, continue with the saved configuration."""
+    """Check RUN_DIR against --resume; on resume, continue with the saved configuration. Every
+    flag the user typed is compared with the saved one, whatever its value."""
     run_dir = Path(cfg.out) if cfg.out else default_out(cfg)
     if cfg.resume:
         try:
             R.check_run_dir(run_dir)
             saved = R.read_config(run_dir)
             saved_cfg = SearchConfig(**saved["train"])
+            for name in (R.METRICS, R.ARCHITECTURES):  # a damaged line before the last one
+                R.read_jsonl(run_dir / name, within=run_dir)
         except (R.RunError, TypeError) as e:
             raise UsageError(f"cannot resume: {e}") from None
-        conflicts = [f"--{k.replace('_', '-')} (saved {getattr(saved_cfg, k)!r}, "
-                     f"given {getattr(cfg, k)!r})"
+        conflicts = [f"{_flag(k)} (saved {getattr(saved_cfg, k)!r}, given {getattr(cfg, k)!r})"
                      for k in sorted(given - RESUMABLE) if getattr(saved_cfg, k) != getattr(cfg, k)]
         if conflicts:
             raise UsageError(f"--resume continues {run_dir} with its saved configuration; these "
                              f"flags contradict it: {', '.join(conflicts)}")
+        if given & set(LENGTH):
+            saved_cfg.steps = saved_cfg.epochs = 0
         for k in RESUMABLE - {"resume"}:
             if k in given:
                 setattr(saved_cfg, k, getattr(cfg, k))
         saved_cfg.resume, saved_cfg.out = True, str(run_dir)
-        old = saved["train"]
-        longer = (saved_cfg.steps > old.get("steps", 0)) or (saved_cfg.epochs > old["epochs"])
-        if (run_dir / R.SUMMARY).exists() and not longer:
-            raise UsageError(f"{run_dir} is already complete ({R.SUMMARY} exists); "
-                             "pass a larger --steps or --epochs to continue it, or start a new "
-                             "run")
         return run_dir, saved_cfg
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise UsageError(f"{run_dir} already exists; pass --resume to continue it or choose "
@@ -63,14 +76,96 @@ def prepare_run_dir(cfg: SearchConfig, given: set[str]) -> tuple[Path, SearchCon
     return run_dir, cfg
 
 
-def create_run_dir(run_dir: Path) -> None:
+def check_task(cfg: SearchConfig, task) -> None:
+    """What the loaded data make impossible, before anything is written: an empty split, a
+    network over the limits (classes from the data, width and depth from the flags)."""
+    from .train import model_config
+
+    for part, n in zip(("train", "val", "test"), task.sizes()):
+        if n == 0:
+            raise UsageError(f"task {task.name}: the {part} split has no samples")
     try:
-        (run_dir / R.CHECKPOINTS).mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
-        probe.write_text("")
-        probe.unlink()
+        model_config(cfg, task)
+    except ValueError as e:
+        raise UsageError(f"task {task.name} with --width {cfg.width}, --depth {cfg.depth}: "
+                         f"{e}") from None
+
+
+def check_length(run_dir: Path, cfg: SearchConfig, task) -> None:
+    """On resume: the length asked for (--steps or --epochs, else the saved one) covers the steps
+    already trained, and goes past them when the run is complete."""
+    from .config import training_length
+
+    steps = training_length(cfg, len(task.y_train)).steps
+    done = checkpoint.last_step(run_dir)
+    asked = f"--epochs {cfg.epochs}" if cfg.epochs else f"--steps {cfg.steps or steps}"
+    if steps < done:
+        raise UsageError(f"{asked}: {run_dir} has already trained {done} steps; give a length "
+                         f"of {done} steps or more")
+    if (run_dir / R.SUMMARY).exists() and steps <= done:
+        raise UsageError(f"{run_dir} is already complete ({R.SUMMARY} exists, {done} steps); "
+                         f"pass a longer --steps or --epochs to continue it, or start a new run")
+
+
+def check_checkpoint(run_dir: Path, cfg: SearchConfig, task) -> None:
+    """On resume: the newest checkpoint fits the model config.json describes (a config copied
+    from another run, or an edited width, is one message naming both files)."""
+    from dnarch_deploy import DNArch
+
+    from .train import model_config
+
+    path = checkpoint.last_weights(run_dir)
+    if path is not None:
+        R.load_weights(DNArch(model_config(cfg, task)), path)
+
+
+def create_run_dir(run_dir: Path, write: Callable[[Path], None]) -> None:
+    """Make RUN_DIR whole or not at all: built as a hidden sibling (``checkpoints/`` and what
+    ``write`` puts there), then renamed into place."""
+    where = f"cannot write the run directory {run_dir}"
+    prefix = f".{run_dir.name}.creating-"
+    try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        for stale in run_dir.parent.glob(prefix + "*"):  # left by a process killed right here
+            pid = stale.name[len(prefix):].split("-")[0]
+            if pid.isdigit() and not process_alive(int(pid)) and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=run_dir.parent))
     except OSError as e:
-        raise UsageError(f"cannot write the run directory {run_dir}: {e.strerror}") from None
+        raise UsageError(f"{where}: {e.strerror}") from None
+    try:
+        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp's 0700 would outlive the rename
+        (tmp / R.CHECKPOINTS).mkdir()
+        write(tmp)
+        os.replace(tmp, run_dir)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        name = f" ({Path(e.filename).name})" if e.filename else ""
+        raise UsageError(f"{where}{name}: {e.strerror} (nothing was left behind)") from None
+
+
+def update_config(run_dir: Path, cfg: SearchConfig) -> None:
+    """On resume: config.json's length becomes the run's new one (summary.json agrees)."""
+    config = R.read_config(run_dir)
+    if any(config["train"].get(k) != getattr(cfg, k) for k in LENGTH):
+        config["train"].update({k: getattr(cfg, k) for k in LENGTH})
+        write_json(run_dir / R.CONFIG, config)
+
+
+def after_failure(run_dir: Path | None, created: bool) -> str:
+    """What a failure during the run leaves, as the end of its message. A run directory this
+    process made and that holds no checkpoint yet is removed (nothing in it can be resumed)."""
+    if run_dir is None or not run_dir.is_dir():
+        return ""
+    last = checkpoint.last_epoch(run_dir)
+    if last is not None:
+        return (f"; the checkpoint of epoch {last} is kept: continue with "
+                f"`{RESUME_HINT.format(run_dir=run_dir)}`")
+    if created:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return f"; no checkpoint had been written, so {run_dir} was removed"
+    return (f"; no checkpoint was written: `{RESUME_HINT.format(run_dir=run_dir)}` starts it "
+            f"again from epoch 0, `rm -r {run_dir}` removes it")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     from .train import TrainingDiverged, flush_denormals, train_with_restarts, write_config
 
     flush_denormals()  # before any parallel work, so that torch's threads inherit it
+    run_dir, created, summary = None, False, None
+    working = None  # RUN_DIR once work on it began: failures then say what they leave
     try:
         cfg, given = parse_args(argv)
         cfg.validate()
@@ -86,17 +183,34 @@ def main(argv: list[str] | None = None) -> int:
         world = distributed.init("cuda" if cfg.device != "cpu" and _cuda() else "cpu")
         device = distributed.pick_device(cfg.device, world)
         task = load_task(cfg.task, seed=cfg.seed, **cfg.task_options())
+        check_task(cfg, task)
+        if cfg.resume and not cfg.allow_data_change:
+            R.check_data(run_dir, R.read_config(run_dir), task, "--allow-data-change")
+        if cfg.resume:
+            check_length(run_dir, cfg, task)
+            check_checkpoint(run_dir, cfg, task)
         if world.rank == 0 and not cfg.resume:
-            create_run_dir(run_dir)
-            write_config(cfg, run_dir, task, device, world.size)
+            create_run_dir(run_dir, lambda d: write_config(cfg, d, task, device, world.size))
+            created = True
+        elif world.rank == 0:
+            update_config(run_dir, cfg)
+        working = run_dir
         distributed.barrier(world)
         summary = train_with_restarts(cfg, run_dir, task)
     except (UsageError, ValueError, TaskError, R.RunError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e}{after_failure(working, created)}", file=sys.stderr)
         return 2
     except TrainingDiverged as e:
-        print(f"error: training diverged: {e}", file=sys.stderr)
+        print(f"error: training diverged: {e}{after_failure(working, created)}", file=sys.stderr)
         return 3
+    except OSError as e:  # a full disk, a folder made read-only while training
+        what = e.filename or run_dir
+        print(f"error: cannot write {what}: {e.strerror}{after_failure(working, created)}",
+              file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"interrupted{after_failure(working, created)}", file=sys.stderr)
+        return 130
     finally:
         distributed.shutdown()
     if summary is not None:

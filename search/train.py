@@ -1,8 +1,10 @@
 """The search loop: train a DNArch model under a compute budget and write its run directory.
 
-One epoch = shuffle (seeded per epoch) -> steps -> validation -> records -> checkpoint. Everything
-a resumed run needs is in the checkpoint, so a run killed at any moment and resumed reaches the same
-weights and metrics as an uninterrupted one.
+One round = optimiser steps (config.Length: --steps, or --epochs passes) -> validation -> records
+-> checkpoint; the records call a round an ``epoch``. The batches are a function of the step (one
+seeded shuffle per pass over the training split) and everything else a resumed run needs is in the
+checkpoint, so a run killed at any moment and resumed reaches the same weights and metrics as an
+uninterrupted one.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .records import append_jsonl, write_json
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
+    """The loss became NaN or infinite (search.run says what is kept)."""
 
 
 # A run is stalled when, after STALL_CHECK of its steps, its training objective is still above
@@ -203,8 +205,6 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     opt = make_optimizer(model, cfg)
     sched = make_scheduler(opt, cfg, length.steps)
     start_epoch, step, best, best_epoch, wall, first_loss = 0, 0, None, -1, 0.0, None
-    check_round = next(r for r in range(length.rounds)
-                       if length.round_steps(r).stop >= STALL_CHECK * length.steps)
     if resume:
         state = checkpoint.load_last(run_dir, model, opt, sched)
         start_epoch, step = state["epoch"] + 1, state["step"]
@@ -222,11 +222,13 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
                disable=not is_writer or bool(os.environ.get("CI")), desc="search", unit="step",
                dynamic_ncols=True)
     order, order_epoch = None, -1
-    for epoch in range(start_epoch, length.rounds):  # a round: steps, then one validation
+    epoch = start_epoch - 1
+    while step < length.steps:  # a round: up to per_round steps, then one validation
+        epoch += 1
         t0 = time.perf_counter()
         model.train()
         sums = {"loss": 0.0, "loss_obj": 0.0, "loss_comp": 0.0, "complexity_ratio": 0.0}
-        steps = length.round_steps(epoch)
+        steps = range(step, min(step + length.per_round, length.steps))
         for _ in steps:
             # the batches are a function of the step alone (a reshuffle per pass), so a resumed
             # run sees the same ones
@@ -249,8 +251,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             if not torch.isfinite(loss):
                 raise TrainingDiverged(
                     f"loss became {float(loss)} at epoch {epoch}, step {step} "
-                    f"(objective {float(loss_obj)}, complexity {float(loss_comp)}); the last good "
-                    f"checkpoint is kept in {run_dir / R.CHECKPOINTS}. Try a lower --lr.")
+                    f"(objective {float(loss_obj)}, complexity {float(loss_comp)}): try a lower "
+                    f"--lr than {cfg.lr:g}")
             opt.zero_grad()
             loss.backward()
             distributed.average_gradients(model, world)
@@ -268,7 +270,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
         wall += time.perf_counter() - t0
         if epoch == 0:
             first_loss = train_row["loss_obj"]
-        if (epoch == check_round and len(restarts) < cfg.restarts
+        at_check = steps.start < STALL_CHECK * length.steps <= steps.stop
+        if (at_check and len(restarts) < cfg.restarts
                 and train_row["loss_obj"] > STALL_SHARE * first_loss):
             raise Stalled({"step": step, "loss": train_row["loss_obj"], "first_loss": first_loss,
                            "seconds": wall})
@@ -344,7 +347,7 @@ def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: f
         "params": architecture_params(arch), "search_params": sum(
             p.numel() for p in model.parameters()),
         "macs": architecture_cost(arch), "wall_seconds": wall, "steps": length.steps,
-        "rounds": length.rounds, "restarts": restarts,
+        "restarts": restarts,
         "higher_is_better": task.higher_is_better,
     }
     append_jsonl(run_dir / R.METRICS, {"step": None, "epoch": best_epoch, "split": "test",
@@ -362,5 +365,5 @@ def write_config(cfg: SearchConfig, run_dir: Path, task, device: str, world_size
         "task_options": cfg.task_options(), "seed": cfg.seed, "model": mcfg.to_dict(),
         "train": cfg.to_dict(), "device": device, "world_size": world_size,
         "base_macs": base_cost(mcfg), "target_macs": cfg.budget * base_cost(mcfg),
-        "versions": versions(), "command": sys.argv,
+        "data": R.data_fingerprint(task), "versions": versions(), "command": sys.argv,
     })

@@ -9,11 +9,15 @@ TaskError naming the file and the key.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from dnarch_deploy.model import MAX_CLASSES
 
 from .base import CLASSIFICATION, DENSE, Task, TaskError, make_task
 from .options import build_options
@@ -26,18 +30,27 @@ OPTIONAL = ("x_val", "y_val")
 @dataclass
 class NpzOptions:
     val_fraction: float = 0.1  # share of training data carved out when the file has no x_val
+    # 4-D x: "auto" refuses a channels-last look-alike (N, H, W, 1|3|4); "nchw" takes x as
+    # (N, C, H, W) as it is; "nhwc" moves the last axis to the channels
+    layout: str = "auto"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction={self.val_fraction} must be in [0, 1)")
+        if self.layout not in ("auto", "nchw", "nhwc"):
+            raise ValueError(f"layout={self.layout!r} must be auto, nchw or nhwc")
 
 
-def read_arrays(path: Path) -> dict[str, np.ndarray]:
-    """The file's arrays, refusing pickled objects (np.load with allow_pickle=False)."""
+def read_arrays(path: Path, digest: dict | None = None) -> dict[str, np.ndarray]:
+    """The file's arrays, refusing pickled objects (np.load with allow_pickle=False). The sha256
+    of the bytes read goes into ``digest["sha256"]`` when given."""
     if not path.is_file():
         raise TaskError(f"npz:{path}: no such file")
     try:
-        data = np.load(path, allow_pickle=False)
+        raw = path.read_bytes()
+        if digest is not None:
+            digest["sha256"] = hashlib.sha256(raw).hexdigest()
+        data = np.load(io.BytesIO(raw), allow_pickle=False)
     except (OSError, EOFError, zipfile.BadZipFile, ValueError) as err:
         raise TaskError(f"npz:{path}: cannot read it as .npz ({err})") from None
     if not isinstance(data, np.lib.npyio.NpzFile):
@@ -56,12 +69,20 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _check_x(where: str, key: str, x: np.ndarray) -> np.ndarray:
+def _check_x(where: str, key: str, x: np.ndarray, layout: str = "auto") -> np.ndarray:
     """(N, C, *S) float32 from (N, L), (N, C, L) or (N, C, H, W)."""
     if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
         raise TaskError(f"{where}: {key} has dtype {x.dtype}; inputs must be numeric")
     if x.ndim == 2:
         x = x[:, None]
+    if x.ndim == 4 and layout == "nhwc":
+        x = np.moveaxis(x, -1, 1)
+    elif x.ndim == 4 and layout == "auto" and x.shape[-1] in (1, 3, 4) and x.shape[1] > 4:
+        raise TaskError(
+            f"{where}: {key} has shape {x.shape}, which looks channels-last (N, H, W, C) with "
+            f"C={x.shape[-1]}; inputs are (N, C, H, W). Store np.moveaxis(x, -1, 1), or pass "
+            "--task-option layout=nhwc (convert) or layout=nchw (the shape is right as it is)"
+        )
     if x.ndim not in (3, 4):
         raise TaskError(
             f"{where}: {key} has shape {x.shape}; expected (N, L), (N, C, L) or (N, C, H, W)"
@@ -110,7 +131,8 @@ def _check_y(where: str, key: str, y: np.ndarray, x: np.ndarray, kind: str) -> n
     return y.astype(np.float32)
 
 
-def validate(where: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def validate(where: str, arrays: dict[str, np.ndarray], layout: str = "auto"
+             ) -> dict[str, np.ndarray]:
     """Checked, converted splits (val may be missing); raises TaskError naming the key."""
     for key in REQUIRED:
         if key not in arrays:
@@ -123,7 +145,7 @@ def validate(where: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     kind = CLASSIFICATION if _is_labels(arrays["y_train"]) else DENSE
     out = {}
     for part in parts:
-        x = _check_x(where, f"x_{part}", arrays[f"x_{part}"])
+        x = _check_x(where, f"x_{part}", arrays[f"x_{part}"], layout)
         if part != "train" and x.shape[1:] != out["x_train"].shape[1:]:
             raise TaskError(
                 f"{where}: x_{part} has per-sample shape {x.shape[1:]} but x_train has "
@@ -138,6 +160,7 @@ def validate(where: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]
             )
         out[f"y_{part}"] = y
     if kind == CLASSIFICATION:
+        _check_classes(where, out["y_train"])
         n_classes = int(out["y_train"].max()) + 1
         for part in parts[1:]:
             y = out[f"y_{part}"]
@@ -149,13 +172,37 @@ def validate(where: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     return out
 
 
+def _check_classes(where: str, y: np.ndarray) -> None:
+    """Labels are 0..K-1, each present in y_train, with K at most MAX_CLASSES: the head has K
+    outputs, so a stray large label would silently allocate (and train) one per missing class."""
+    top = int(y.max())
+    if top >= MAX_CLASSES:
+        raise TaskError(f"{where}: y_train has label {top}; at most {MAX_CLASSES} classes "
+                        f"(labels 0..{MAX_CLASSES - 1}) are supported")
+    present = np.unique(y)
+    if len(present) != top + 1:
+        absent = np.setdiff1d(np.arange(top + 1), present)
+        shown = ", ".join(str(v) for v in absent[:5]) + (", ..." if len(absent) > 5 else "")
+        raise TaskError(
+            f"{where}: y_train has labels {_listing(present)}, but class labels must be "
+            f"0..K-1, each present in y_train (absent: {shown}); renumber them, e.g. "
+            "np.unique(y, return_inverse=True)[1]"
+        )
+
+
+def _listing(values: np.ndarray) -> str:
+    head = ", ".join(str(v) for v in values[:5])
+    return "{" + head + (", ...}" if len(values) > 5 else "}")
+
+
 def load(arg: str | None, seed: int, options: dict) -> Task:
     if not arg:
         raise TaskError("npz: give a file, e.g. 'npz:data/my_set.npz'")
     path = Path(arg).expanduser()
     where = f"npz:{path}"
     opts = build_options(NpzOptions, options, where)
-    s = validate(where, read_arrays(path))
+    digest: dict = {}
+    s = validate(where, read_arrays(path, digest), opts.layout)
     kind = CLASSIFICATION if s["y_train"].ndim == 1 else DENSE
     num_classes = int(s["y_train"].max()) + 1 if kind == CLASSIFICATION else 0
     carved = "x_val" not in s
@@ -166,8 +213,16 @@ def load(arg: str | None, seed: int, options: dict) -> Task:
         s["x_train"], s["y_train"], s["x_val"], s["y_val"] = carve_validation(
             s["x_train"], s["y_train"], n_val, seed, stratify=stratify
         )
+        if len(s["y_val"]) == 0 or (counts is not None and counts.max() < 2):
+            why = (f"{len(counts)} classes with one sample each" if counts.max() < 2 else
+                   f"val_fraction={opts.val_fraction} of {len(s['y_train'])} samples is none"
+                   ) if counts is not None else f"val_fraction={opts.val_fraction} carves none"
+            raise TaskError(f"{where}: no validation samples can be carved from y_train ({why});"
+                            " add x_val and y_val to the file, or more training samples")
     info = {
         "source": f"user file {path.resolve()}",
+        "file": str(path.resolve()),
+        "file_sha256": digest["sha256"],
         "validation": "carved from training data" if carved else "from the file",
         "options": vars(opts),
     }

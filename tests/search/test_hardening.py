@@ -1,0 +1,305 @@
+"""search.run with broken and hostile inputs (issue #17): one message naming the value and the flag
+or file, a non-zero exit, and no run directory left half-made. The CLI runs in this process
+(``search.run.main``), on tiny tasks, so that failures can be injected where a disk would fail."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dnarch_deploy import rundir as R
+from search import checkpoint
+from search import run as search_run
+from search.config import parse_args
+
+# one block of 4 channels, one epoch: about a second
+FAST = ["--depth", "1", "--width", "4", "--batch-size", "8", "--epochs", "1",
+        "--warmup-epochs", "0", "--eval-batch-size", "64"]
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch):
+    """No progress bars on stderr (the CLI runs in this process): stderr holds the message."""
+    monkeypatch.setenv("CI", "1")
+
+
+def search(capsys, *args: str) -> tuple[int, str]:
+    """Run the CLI in this process: (exit status, stderr)."""
+    capsys.readouterr()
+    code = search_run.main([str(a) for a in args])
+    return code, capsys.readouterr().err
+
+
+def one_message(err: str, *needles: str) -> None:
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+def tree(path: Path) -> dict[str, int]:
+    """Every file under ``path`` with its modification time (to show nothing was rewritten)."""
+    return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in path.rglob("*")}
+
+
+def save_npz(path: Path, y_train, x=None, **extra) -> Path:
+    rng = np.random.default_rng(0)
+    y_train = np.asarray(y_train)
+    x = rng.standard_normal((len(y_train), 1, 16)).astype(np.float32) if x is None else x
+    np.savez(path, x_train=x, y_train=y_train, x_test=x[:4], y_test=np.zeros(4, np.int64),
+             **extra)
+    return path
+
+
+@pytest.fixture(scope="module")
+def npz_run(tmp_path_factory) -> Path:
+    """A finished 2-epoch run on a user's npz file, trained with --budget 0.5."""
+    root = tmp_path_factory.mktemp("npz-run")
+    data = save_npz(root / "data.npz", np.arange(48) % 2)
+    out = root / "run"
+    assert search_run.main(["--task", f"npz:{data}", *FAST, "--epochs", "2", "--budget", "0.5",
+                            "--out", str(out)]) == 0
+    return out
+
+
+def copy_run(run: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "copy"
+    shutil.copytree(run, dst)
+    return dst
+
+
+# --- case 1: sizes from the data and the flags are limited before anything is allocated -----------
+
+
+@pytest.mark.parametrize(("labels", "needles"), [
+    ([0, 1] * 10 + [10**9], ["y_train", "1000000000", "10000 classes"]),
+    ([0, 1] * 10 + [200000], ["y_train", "200000"]),
+    ([3, 7, 9] * 8, ["y_train", "{3, 7, 9}", "absent: 0, 1, 2"]),
+])
+def test_labels_that_would_blow_up_the_head_are_refused(capsys, tmp_path, labels, needles):
+    data = save_npz(tmp_path / "data.npz", labels)
+    out = tmp_path / "run"
+    code, err = search(capsys, "--task", f"npz:{data}", *FAST, "--out", out)
+    assert code == 2
+    one_message(err, str(data), *needles)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["--width", "5000"], ["--width", "5000", "1024"]),
+    (["--depth", "100"], ["--depth", "100"]),
+    (["--learn", "KK"], ["--learn", "'KK'"]),
+    (["--budget", "inf"], ["--budget", "inf"]),
+    (["--lam", "nan"], ["--lam", "nan"]),
+])
+def test_flags_out_of_range_are_refused_before_any_work(capsys, tmp_path, args, needles):
+    out = tmp_path / "run"
+    code, err = search(capsys, *FAST, *args, "--out", out)
+    assert code == 2
+    one_message(err, *needles)
+    assert not out.exists()
+
+
+def test_no_validation_samples_is_refused_before_training(capsys, tmp_path):
+    data = save_npz(tmp_path / "data.npz", [0, 1, 2, 3])  # one sample per class
+    out = tmp_path / "run"
+    code, err = search(capsys, "--task", f"npz:{data}", *FAST, "--out", out)
+    assert code == 2
+    one_message(err, str(data), "no validation samples", "one sample each", "x_val")
+    assert not out.exists()
+
+
+# --- case 4: a failure after the run directory exists leaves it removed or resumable --------------
+
+
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")  # train's message
+def test_divergence_before_the_first_checkpoint_removes_the_run_dir(capsys, tmp_path):
+    out = tmp_path / "run"
+    code, err = search(capsys, "--task", "ucr:GunPoint", *FAST, "--lr", "1e8", "--out", out)
+    assert code == 3
+    one_message(err, "diverged", "--lr than 1e+08", "no checkpoint", "removed")
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def _full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device", "checkpoints/epoch-00000")
+
+
+def test_full_disk_while_creating_the_run_dir_leaves_nothing(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr("search.train.write_json", _full_disk)
+    out = tmp_path / "run"
+    code, err = search(capsys, "--task", "ucr:GunPoint", *FAST, "--out", out)
+    assert code == 2
+    one_message(err, f"cannot write the run directory {out}", "No space left on device")
+    assert list(tmp_path.iterdir()) == []  # neither the run nor its hidden staging folder
+
+
+def test_staging_folders_of_killed_searches_are_removed(capsys, tmp_path, monkeypatch):
+    dead = tmp_path / f".run.creating-{2**22 + 7}-abc"  # above Linux's pid_max: no process
+    live = tmp_path / f".run.creating-{os.getpid()}-abc"
+    for folder in (dead, live):
+        (folder / "checkpoints").mkdir(parents=True)
+    monkeypatch.setattr("search.train.write_json", _full_disk)  # stop once it is made
+    code, _ = search(capsys, "--task", "ucr:GunPoint", *FAST, "--out", tmp_path / "run")
+    assert code == 2
+    assert sorted(tmp_path.iterdir()) == [live]
+
+
+def test_full_disk_before_the_first_checkpoint_removes_the_run_dir(capsys, tmp_path,
+                                                                   monkeypatch):
+    monkeypatch.setattr(checkpoint, "save_last", _full_disk)
+    out = tmp_path / "run"
+    code, err = search(capsys, "--task", "ucr:GunPoint", *FAST, "--out", out)
+    assert code == 2
+    one_message(err, "No space left on device", "no checkpoint", "removed")
+    assert not out.exists()
+
+
+def test_full_disk_after_a_checkpoint_keeps_it_resumable(capsys, tmp_path, monkeypatch):
+    real = checkpoint.save_last
+    calls = []
+
+    def fail_second(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs) if len(calls) == 1 else _full_disk()
+
+    monkeypatch.setattr(checkpoint, "save_last", fail_second)
+    out = tmp_path / "run"
+    code, err = search(capsys, "--task", "ucr:GunPoint", *FAST, "--epochs", "2", "--out", out)
+    assert code == 2
+    one_message(err, "No space left on device", "checkpoint of epoch 0 is kept",
+                f"--out {out} --resume")
+    monkeypatch.setattr(checkpoint, "save_last", real)
+    assert search(capsys, "--out", out, "--resume")[0] == 0
+    assert R.read_summary(out)["epochs"] == 2
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing in search.run catches it, nothing cleans up."""
+
+
+def test_killed_before_the_first_checkpoint_resumes_from_epoch_0(capsys, tmp_path, monkeypatch):
+    straight = tmp_path / "straight"
+    assert search(capsys, "--task", "ucr:GunPoint", *FAST, "--out", straight)[0] == 0
+
+    def kill(*args, **kwargs):
+        raise Killed
+
+    monkeypatch.setattr(checkpoint, "save_last", kill)
+    out = tmp_path / "killed"
+    with pytest.raises(Killed):
+        search_run.main(["--task", "ucr:GunPoint", *FAST, "--out", str(out)])
+    monkeypatch.undo()
+    assert (out / R.CONFIG).is_file() and checkpoint.last_epoch(out) is None
+    code, err = search(capsys, "--task", "ucr:GunPoint", *FAST, "--out", out)
+    assert code == 2 and "--resume" in err  # a plain re-run does not overwrite it
+    assert search(capsys, "--out", out, "--resume")[0] == 0
+
+    def rows(run):
+        return [{k: v for k, v in r.items() if k != "seconds"}
+                for r in R.read_jsonl(run / R.METRICS)]
+
+    assert rows(out) == rows(straight)  # started again from scratch: the same run
+
+
+# --- case 3: --resume compares every flag the user typed, whatever its value ----------------------
+
+
+def test_resume_refuses_a_flag_equal_to_its_default(capsys, npz_run, tmp_path):
+    run = copy_run(npz_run, tmp_path)
+    before = tree(run)
+    code, err = search(capsys, "--out", run, "--resume", "--epochs", "3", "--budget", "1.0")
+    assert code == 2
+    one_message(err, "--budget", "saved 0.5", "given 1.0")
+    assert tree(run) == before
+
+
+def test_resume_takes_an_epochs_value_equal_to_its_default(npz_run):
+    """--epochs 60 is the default: on a finished 2-epoch run it still means "continue to 60"."""
+    cfg, given = parse_args(["--out", str(npz_run), "--resume", "--epochs", "60"])
+    _, resumed = search_run.prepare_run_dir(cfg, given)
+    assert resumed.epochs == 60 and resumed.budget == 0.5
+
+
+def test_resume_refuses_fewer_epochs_than_trained(capsys, npz_run, tmp_path):
+    run = copy_run(npz_run, tmp_path)
+    (run / R.SUMMARY).unlink()  # as if killed after its last checkpoint
+    before = tree(run)
+    code, err = search(capsys, "--out", run, "--resume", "--epochs", "1")
+    assert code == 2
+    one_message(err, "--epochs 1", "already trained 2 epochs")
+    assert tree(run) == before
+
+
+def test_resume_with_more_epochs_records_them(capsys, npz_run, tmp_path):
+    run = copy_run(npz_run, tmp_path)
+    assert search(capsys, "--out", run, "--resume", "--epochs", "3")[0] == 0
+    assert R.read_summary(run)["epochs"] == 3 == R.read_config(run)["train"]["epochs"]
+    epochs = [r["epoch"] for r in R.read_jsonl(run / R.METRICS) if r["split"] == "val"]
+    assert epochs == [0, 1, 2]
+
+
+# --- case 5: a checkpoint that does not fit config.json -------------------------------------------
+
+
+def test_resume_with_a_checkpoint_that_does_not_fit_the_config(capsys, npz_run, tmp_path):
+    run = copy_run(npz_run, tmp_path)
+    config = json.loads((run / R.CONFIG).read_text())
+    config["train"]["width"] = 6  # an edited width
+    (run / R.CONFIG).write_text(json.dumps(config))
+    before = tree(run)
+    code, err = search(capsys, "--out", run, "--resume", "--epochs", "3")
+    assert code == 2
+    one_message(err, "model.safetensors", "config.json", "has shape")
+    assert tree(run) == before
+
+
+# --- case 6: the data a run was trained on is fingerprinted ---------------------------------------
+
+
+def test_config_records_the_data_fingerprint(npz_run):
+    import hashlib
+
+    data = R.read_config(npz_run)["data"]
+    path = Path(data["file"])
+    assert data["file_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert len(data["arrays_sha256"]) == 64 and data["seed"] == 0
+    assert data["options"] == {"val_fraction": 0.1, "layout": "auto"}  # the loader's settings
+
+
+def test_resume_refuses_changed_data_unless_allowed(capsys, npz_run, tmp_path):
+    run = copy_run(npz_run, tmp_path)
+    data = tmp_path / "data.npz"
+    save_npz(data, 1 - np.arange(48) % 2)  # the same shapes, other labels
+    config = json.loads((run / R.CONFIG).read_text())
+    config["task"] = config["train"]["task"] = f"npz:{data}"
+    (run / R.CONFIG).write_text(json.dumps(config))
+    before = tree(run)
+    code, err = search(capsys, "--out", run, "--resume", "--epochs", "3")
+    assert code == 2
+    one_message(err, str(data), "changed", "--allow-data-change")
+    assert tree(run) == before
+    code, _ = search(capsys, "--out", run, "--resume", "--epochs", "3", "--allow-data-change")
+    assert code == 0
+
+
+# --- case 8: damaged records are named, not silently dropped --------------------------------------
+
+
+def test_resume_refuses_a_damaged_line_before_the_last(capsys, npz_run, tmp_path):
+    run = copy_run(npz_run, tmp_path)
+    (run / R.SUMMARY).unlink()
+    metrics = run / R.METRICS
+    lines = metrics.read_text().splitlines()
+    lines[1] = lines[1][:10]
+    metrics.write_text("\n".join(lines) + "\n")
+    before = tree(run)
+    code, err = search(capsys, "--out", run, "--resume", "--epochs", "3")
+    assert code == 2
+    one_message(err, "metrics.jsonl: line 2")
+    assert tree(run) == before
