@@ -97,7 +97,8 @@ def load_last(run_dir: Path, model, opt, sched) -> dict:
     dirs = _epoch_dirs(run_dir)
     if not dirs:
         return {"epoch": -1, "step": 0, "best": None, "best_epoch": -1, "wall_seconds": 0.0,
-                "best_fits": False}
+                "best_fits": False, "best_loss": float("inf"), "first_loss": None,
+                "restarts": []}
     last = dirs[-1]
     R.load_weights(model, last / "model.safetensors")
     path = last / "state.pt"

@@ -38,9 +38,11 @@ class TrainingDiverged(RuntimeError):
 
 # A run is stalled when, after STALL_CHECK of its steps, its training objective is still above
 # STALL_SHARE of the first round's: an initialisation that never tells some classes apart (a loss
-# stuck at ln 2 / 2). It restarts from a new initialisation (--restarts times at most).
+# stuck at ln 2 / 2). It restarts from a new initialisation (--restarts times at most). Runs
+# shorter than STALL_MIN_STEPS are not judged: they may simply not have had the time.
 STALL_CHECK = 0.3
 STALL_SHARE = 0.5
+STALL_MIN_STEPS = 300
 RESTART_SEED = 1_000_003  # initialisation seed of attempt k: seed + k x this
 
 
@@ -270,7 +272,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
         wall += time.perf_counter() - t0
         if epoch == 0:
             first_loss = train_row["loss_obj"]
-        at_check = steps.start < STALL_CHECK * length.steps <= steps.stop
+        at_check = (epoch > 0 and length.steps >= STALL_MIN_STEPS
+                    and steps.start < STALL_CHECK * length.steps <= steps.stop)
         if (at_check and len(restarts) < cfg.restarts
                 and train_row["loss_obj"] > STALL_SHARE * first_loss):
             raise Stalled({"step": step, "loss": train_row["loss_obj"], "first_loss": first_loss,

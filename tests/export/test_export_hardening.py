@@ -68,7 +68,7 @@ def test_export_refuses_changed_data_unless_allowed(tmp_path, capsys):
     np.savez(data, x_train=x, y_train=np.arange(40) % 2, x_test=x[:8], y_test=np.arange(8) % 2)
     run = tmp_path / "run"
     assert search_run.main(["--task", f"npz:{data}", "--depth", "1", "--width", "4",
-                            "--batch-size", "8", "--epochs", "1", "--warmup-epochs", "0",
+                            "--batch-size", "8", "--epochs", "1", "--warmup", "0",
                             "--out", str(run)]) == 0
     np.savez(data, x_train=x * 100, y_train=np.arange(40) % 2, x_test=x[:8],
              y_test=np.arange(8) % 2)  # the file changed under the run

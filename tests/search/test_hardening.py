@@ -20,7 +20,7 @@ from search.config import parse_args
 
 # one block of 4 channels, one epoch: about a second
 FAST = ["--depth", "1", "--width", "4", "--batch-size", "8", "--epochs", "1",
-        "--warmup-epochs", "0", "--eval-batch-size", "64"]
+        "--warmup", "0", "--eval-batch-size", "64"]
 
 
 @pytest.fixture(autouse=True)
@@ -176,7 +176,7 @@ def test_full_disk_after_a_checkpoint_keeps_it_resumable(capsys, tmp_path, monke
                 f"--out {out} --resume")
     monkeypatch.setattr(checkpoint, "save_last", real)
     assert search(capsys, "--out", out, "--resume")[0] == 0
-    assert R.read_summary(out)["epochs"] == 2
+    assert R.read_summary(out)["steps"] == 2 * 5  # 2 epochs of 5 batches
 
 
 class Killed(BaseException):
@@ -232,14 +232,14 @@ def test_resume_refuses_fewer_epochs_than_trained(capsys, npz_run, tmp_path):
     before = tree(run)
     code, err = search(capsys, "--out", run, "--resume", "--epochs", "1")
     assert code == 2
-    one_message(err, "--epochs 1", "already trained 2 epochs")
+    one_message(err, "--epochs 1", "already trained 10 steps")  # 2 epochs of 5 batches
     assert tree(run) == before
 
 
 def test_resume_with_more_epochs_records_them(capsys, npz_run, tmp_path):
     run = copy_run(npz_run, tmp_path)
     assert search(capsys, "--out", run, "--resume", "--epochs", "3")[0] == 0
-    assert R.read_summary(run)["epochs"] == 3 == R.read_config(run)["train"]["epochs"]
+    assert R.read_summary(run)["steps"] == 3 * 5 and R.read_config(run)["train"]["epochs"] == 3
     epochs = [r["epoch"] for r in R.read_jsonl(run / R.METRICS) if r["split"] == "val"]
     assert epochs == [0, 1, 2]
 

@@ -108,7 +108,12 @@ def test_bad_input_gives_one_clear_message(tmp_path):
         (["--budget", "-1"], "--budget"),
         (["--learn", "XYZ"], "--learn"),
         (["--learn", "none", "--budget", "0.5"], "--budget"),
-        (["--epochs", "0"], "--epochs"),
+        (["--epochs", "-1"], "--epochs"),
+        (["--steps", "-5"], "--steps"),
+        (["--steps", "10", "--epochs", "2"], "not both"),
+        (["--warmup", "1"], "--warmup"),
+        (["--shift", "1.5"], "--shift"),
+        (["--restarts", "-1"], "--restarts"),
         (["--device", "cuda"] if not torch.cuda.is_available() else ["--device", "tpu"],
          "--device"),
         (["--task-option", "oops"], "--task-option"),
@@ -179,3 +184,53 @@ def test_denormals_are_flushed_on_every_intra_op_thread():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=120, check=True).stdout.split()
     assert out == ["0", str(1 << 20)]  # denormal results flushed; normal ones untouched
+
+
+def test_training_length_in_steps_and_rounds():
+    """--steps 0: AUTO_EPOCHS passes clipped to [MIN_STEPS, MAX_STEPS], validated ROUNDS times
+    (at least one pass per round); --epochs: passes, one round each."""
+    from search.config import AUTO_EPOCHS, MAX_STEPS, MIN_STEPS, ROUNDS, training_length
+
+    tiny = training_length(SearchConfig(batch_size=16), 40)  # GunPoint: 2 batches per pass
+    assert (tiny.steps, tiny.steps_per_epoch, tiny.per_round) == (MIN_STEPS, 2, MIN_STEPS // ROUNDS)
+    mid = training_length(SearchConfig(batch_size=16), 430)  # 26 batches per pass
+    assert mid.steps == AUTO_EPOCHS * 26 and mid.per_round == 26
+    big = training_length(SearchConfig(batch_size=16), 3500)  # 218 batches per pass
+    assert (big.steps, big.per_round) == (MAX_STEPS, 218)
+    assert training_length(SearchConfig(steps=123), 40).steps == 123
+    epochs = training_length(SearchConfig(epochs=3, batch_size=8), 41)  # 5 full batches
+    assert (epochs.steps, epochs.steps_per_epoch, epochs.per_round) == (15, 5, 5)
+
+
+def test_random_shift_moves_each_sample_and_fills_zeros():
+    from search.augment import random_shift
+
+    x = torch.arange(1, 11, dtype=torch.float32).repeat(64, 3, 1)  # (64, 3, 10), 1..10
+    torch.manual_seed(0)
+    y = random_shift(x, 0.2)  # at most 2 positions either way
+    for sample in y:
+        assert torch.equal(sample[0], sample[1]) and torch.equal(sample[0], sample[2])
+        kept = sample[0][sample[0] > 0]
+        shift = int(torch.nonzero(sample[0] == kept[0])[0]) - (int(kept[0]) - 1)
+        assert abs(shift) <= 2 and torch.equal(kept, torch.roll(x[0, 0], shift)[sample[0] > 0])
+        assert int((sample[0] == 0).sum()) == abs(shift)
+    assert len({tuple(s[0].tolist()) for s in y}) == 5  # every shift in -2..2 was drawn
+    image = torch.arange(16, dtype=torch.float32).view(1, 1, 4, 4).repeat(8, 1, 1, 1)
+    assert torch.equal(random_shift(image, 0.1), image)  # round(0.4) = 0: nothing moves
+
+
+def test_a_stalled_run_restarts_once_from_a_new_initialisation(tmp_path):
+    """A run whose loss cannot fall (learning rate ~0) is stalled at 30% of its steps: it says
+    so, starts again from another initialisation, and summary.json records the attempt."""
+    out = tmp_path / "stalled"
+    args = [*TINY, "--epochs", "0", "--steps", "300", "--lr", "1e-12", "--mask-lr", "0"]
+    proc = run_search(*args, "--out", str(out))
+    assert "restarting from a new initialisation (1 of --restarts 1)" in proc.stderr
+    summary = R.read_summary(out)
+    assert len(summary["restarts"]) == 1 and summary["restarts"][0]["step"] >= 90
+    rows = [r for r in R.read_jsonl(out / R.METRICS) if r["split"] == "val"]
+    assert [r["epoch"] for r in rows] == list(range(len(rows)))  # the second attempt's only
+    assert rows[-1]["step"] == 300
+    never = tmp_path / "never"
+    proc = run_search(*args, "--restarts", "0", "--out", str(never))
+    assert "restarting" not in proc.stderr and R.read_summary(never)["restarts"] == []
