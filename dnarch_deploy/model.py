@@ -32,6 +32,18 @@ from .kernelnet import KernelNet
 from .spectral import fft_conv, frequency_positions, resample, resolution_for_bins
 
 LEARNABLE = "KRWD"  # K: kernel size, R: resolution, W: width, D: depth
+INPUT_NORMS = ("dataset", "sample")
+# A sample channel whose std is below this share of the training set's is treated as constant.
+SAMPLE_NORM_FLOOR = 1e-3
+
+
+def standardise(x: Tensor, eps: Tensor) -> Tensor:
+    """(B, C, *S) -> each sample's channels at mean 0 and variance 1 over their positions;
+    ``eps`` (C,) is added to the variance (input_norm="sample")."""
+    dims = tuple(range(2, x.dim()))
+    centred = x - x.mean(dims, keepdim=True)
+    var = (centred * centred).mean(dims, keepdim=True)
+    return centred / torch.sqrt(var + eps.view(1, -1, *([1] * len(dims))))
 # Sane limits, checked before anything is allocated (the paper's largest base network is
 # CCNN_{6,380}; the search instantiates up to 2D blocks of 2H channels). A 10^9-class head or a
 # width of 5000 would otherwise fail deep inside the allocator.
@@ -58,6 +70,9 @@ class ModelConfig:
     tau_width: float = 25.0
     tau_depth: float = 8.0
     threshold: float = M.THRESHOLD
+    # "dataset": (x - input_mean) / input_std; "sample": each sample's channels standardised over
+    # their own positions (see standardise), for data whose scale varies from sample to sample
+    input_norm: str = "dataset"
     input_mean: list[float] = field(default_factory=list)  # per input channel; empty = 0
     input_std: list[float] = field(default_factory=list)  # per input channel; empty = 1
     output_mean: list[float] = field(default_factory=list)  # dense targets; empty = 0
@@ -82,6 +97,8 @@ class ModelConfig:
                 raise ValueError(f"{name} must be <= {limit}, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.input_norm not in INPUT_NORMS:
+            raise ValueError(f"input_norm must be one of {INPUT_NORMS}, got {self.input_norm!r}")
 
     def learns(self, what: str) -> bool:
         return what in self.learn
@@ -503,6 +520,8 @@ class DNArch(nn.Module):
         """Forward pass for a given plan: (B, C_in, *S) -> (B, classes) or (B, C_out, *S)."""
         if self.embed is not None:
             x = self.embed(x).movedim(-1, 1)  # (B, *S) ids -> (B, C_in, *S)
+        elif self.config.input_norm == "sample":
+            x = standardise(x, self.sample_eps())
         else:
             shape = (1, -1) + (1,) * (x.dim() - 2)
             x = (x - self.input_mean.view(shape)) / self.input_std.view(shape)
@@ -517,6 +536,11 @@ class DNArch(nn.Module):
             shape = (1, -1) + (1,) * (y.dim() - 2)
             return y * self.output_std.view(shape) + self.output_mean.view(shape)
         return F.linear(h.flatten(2).mean(-1), self.dec_w[:, :s], self.dec_b)  # (B, classes)
+
+    def sample_eps(self) -> Tensor:
+        """The variance floor of input_norm="sample": (SAMPLE_NORM_FLOOR x the training set's
+        channel std) squared."""
+        return (SAMPLE_NORM_FLOOR * self.input_std) ** 2
 
     def extra_repr(self) -> str:
         c = self.config

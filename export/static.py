@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dnarch_deploy import Architecture, DNArch, describe
-from dnarch_deploy.model import Norm, Plan
+from dnarch_deploy.model import Norm, Plan, standardise
 from dnarch_deploy.spectral import direct_conv, fft_conv, resample
 
 
@@ -84,13 +84,18 @@ class Encoder(nn.Module):
     """Input normalisation (or the token embedding), pointwise linear, BatchNorm, GELU: all folded
     into one linear map (or one embedding table) and a GELU."""
 
-    def __init__(self, weight: Tensor, bias: Tensor, tokens: bool):
+    def __init__(self, weight: Tensor, bias: Tensor, tokens: bool,
+                 sample_eps: Tensor | None = None):
         super().__init__()
         self.tokens = tokens
         self.register_buffer("weight", weight)  # tokens: (vocab, s) table; else (s, C_in)
         self.register_buffer("bias", bias)  # (s,); unused for tokens (folded into the table)
+        # input_norm="sample": each sample standardised first (not a fixed affine map)
+        self.register_buffer("sample_eps", sample_eps)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.sample_eps is not None:
+            x = standardise(x, self.sample_eps)
         if self.tokens:
             h = self.weight[x]  # (B, *S) ids -> (B, *S, s)
             h = h.permute(0, h.dim() - 1, *range(1, h.dim() - 1))  # (B, s, *S)
@@ -207,6 +212,9 @@ def materialize(model: DNArch, frozen: Frozen) -> StaticNet:
     if model.embed is not None:
         table = (model.embed.weight.double() @ w.T + b) * a + sh  # (vocab, s)
         encoder = Encoder(table.to(f32), torch.zeros(0), tokens=True)
+    elif c.input_norm == "sample":
+        encoder = Encoder((a[:, None] * w).to(f32), (a * b + sh).to(f32), tokens=False,
+                          sample_eps=model.sample_eps().to(f32))
     else:
         mean, std = model.input_mean.double(), model.input_std.double()
         w_in = w / std  # (s, C_in)

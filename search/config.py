@@ -65,6 +65,9 @@ class SearchConfig:
     weight_decay: float = _f(0.01, "AdamW weight decay of the network weights")
     warmup: float = _f(0.05, "share of the training steps in linear learning-rate warm-up")
     dropout: float = _f(0.0, "dropout after the block's GELU")
+    input_norm: str = _f("auto", "input normalisation: 'sample' (each sample's channels to mean 0, "
+                         "std 1), 'dataset' (the training set's channel statistics), or 'auto': "
+                         "sample for classification, dataset for dense tasks")
     shift: float = _f(0.0, "random shift of each training input, at most this share of each axis "
                       "either way (classification on signals and images only; 0: off)")
     restarts: int = _f(1, "restart a run whose training loss has stalled (still above half the "
@@ -110,6 +113,8 @@ class SearchConfig:
             (0 <= self.dropout < 1, f"--dropout must be in [0, 1), got {self.dropout}"),
             (0 <= self.shift < 1, f"--shift must be in [0, 1), got {self.shift}"),
             (self.restarts >= 0, f"--restarts must be >= 0, got {self.restarts}"),
+            (self.input_norm in ("auto", "sample", "dataset"), f"--input-norm must be auto, "
+             f"sample or dataset, got {self.input_norm!r}"),
             (0 <= self.warmup < 1, f"--warmup must be in [0, 1) (a share of the steps), "
              f"got {self.warmup}"),
             (self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, "

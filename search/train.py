@@ -82,11 +82,21 @@ def model_config(cfg: SearchConfig, task) -> ModelConfig:
         tau_resolution=cfg.tau_resolution,
         tau_width=cfg.tau_width,
         tau_depth=cfg.tau_depth,
+        input_norm=input_norm(cfg, task),
         input_mean=[] if task.tokens else [float(v) for v in task.x_mean],
         input_std=[] if task.tokens else [float(v) for v in task.x_std],
         output_mean=[float(v) for v in task.y_mean] if dense else [],
         output_std=[float(v) for v in task.y_std] if dense else [],
     )
+
+
+def input_norm(cfg: SearchConfig, task) -> str:
+    """--input-norm auto: per sample for classification of signals and images (a series' offset
+    and scale seldom name its class, and they vary by orders of magnitude in some sets), by the
+    training set's statistics for dense targets, whose scale the output must follow."""
+    if cfg.input_norm != "auto":
+        return cfg.input_norm
+    return "sample" if task.kind == "classification" and not task.tokens else "dataset"
 
 
 def objective(model: DNArch, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -298,6 +298,7 @@ def test_base_ccnn_has_no_masks():
         (dict(depth=-1), "depth must be >= 1, got -1"),
         (dict(in_channels=0), "in_channels must be >= 1, got 0"),
         (dict(dropout=1.0), "dropout must be in .*got 1.0"),
+        (dict(input_norm="minmax"), "input_norm must be one of .*got 'minmax'"),
     ],
 )
 def test_config_errors_name_the_value(kwargs, message):
@@ -334,3 +335,23 @@ def test_dense_output_is_denormalised():
     y, y0 = model(x), plain(x)
     torch.testing.assert_close(y[:, 0], 2.0 * y0[:, 0] + 1.0)
     torch.testing.assert_close(y[:, 1], 0.5 * y0[:, 1] - 3.0)
+
+
+def test_sample_norm_standardises_each_sample_channel():
+    """standardise: mean 0 and variance v / (v + eps) per sample and channel, in closed form."""
+    x = torch.randn(3, 2, 50, dtype=torch.float64) * torch.tensor([1e-3, 1.0, 1e3])[:, None, None]
+    eps = torch.tensor([1e-8, 0.0], dtype=torch.float64)
+    y = model_module.standardise(x, eps)
+    var = x.var(-1, unbiased=False)
+    torch.testing.assert_close(y.mean(-1), torch.zeros(3, 2, dtype=torch.float64))
+    torch.testing.assert_close(y.var(-1, unbiased=False), var / (var + eps))
+
+
+def test_sample_norm_makes_the_network_blind_to_each_samples_offset_and_scale():
+    model = tiny_model(0, input_norm="sample").eval()
+    x = inputs(model)
+    scale = torch.tensor([3.0, 0.2, 50.0, 1.0], dtype=x.dtype)[: x.shape[0]].view(-1, 1, 1)
+    moved = x * scale + torch.randn(x.shape[0], x.shape[1], 1, dtype=x.dtype)
+    torch.testing.assert_close(model(moved), model(x), rtol=1e-6, atol=1e-6)
+    dataset = tiny_model(0).eval()  # the same weights, normalised by the data set's statistics
+    assert not torch.allclose(dataset(moved), dataset(x), rtol=1e-3, atol=1e-3)

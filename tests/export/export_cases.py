@@ -21,6 +21,7 @@ def random_config(rng: random.Random) -> ModelConfig:
     cin = rng.randint(1, 3)
     mean = [rng.uniform(-2, 2) for _ in range(cin)] if not tokens else []
     std = [rng.uniform(0.5, 3) for _ in range(cin)] if not tokens else []
+    norm = "dataset" if tokens else rng.choice(["dataset", "sample"])
     return ModelConfig(
         in_channels=cin,
         out_channels=out,
@@ -32,6 +33,7 @@ def random_config(rng: random.Random) -> ModelConfig:
         learn=learn,
         kernel_hidden=16,
         kernel_layers=2,
+        input_norm=norm,
         input_mean=mean,
         input_std=std,
         output_mean=[rng.uniform(-1, 1) for _ in range(out)] if dense else [],
