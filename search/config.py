@@ -67,7 +67,8 @@ class SearchConfig:
     dropout: float = _f(0.0, "dropout after the block's GELU")
     input_norm: str = _f("auto", "input normalisation: 'sample' (each sample's channels to mean 0, "
                          "std 1), 'dataset' (the training set's channel statistics), or 'auto': "
-                         "sample for classification, dataset for dense tasks")
+                         "sample for classification when the training samples' scales spread over "
+                         "two orders of magnitude (10th to 90th percentile), else dataset")
     shift: float = _f(0.0, "random shift of each training input, at most this share of each axis "
                       "either way (classification on signals and images only; 0: off)")
     restarts: int = _f(1, "restart a run whose training loss has stalled (still above half the "
