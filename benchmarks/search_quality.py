@@ -63,7 +63,7 @@ def settings(data_dir: Path) -> dict[str, Setting]:
         "ucr:GunPoint": Setting(
             "ucr:GunPoint", (),
             "the official split; every flag at its `python -m search.run` default "
-            "(60 epochs, batch 16, lr 0.01, warm-up 5)"),
+            "(see 'Defaults in effect')"),
         "ucr:OSULeaf": Setting(
             "ucr:OSULeaf", ("--epochs", "20"),
             "the official split; 20 epochs"),
@@ -296,7 +296,8 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
     command = " ".join(["python benchmarks/search_quality.py", *sys.argv[1:]])
     defaults = parse_args([])[0].to_dict()
     shown = ("lam", "lr", "mask_lr", "weight_decay", "warmup", "dropout", "batch_size",
-             "epochs", "omega_0", "tau_resolution", "tau_width", "tau_depth", "embed_dim")
+             "steps", "epochs", "shift", "input_norm", "restarts", "omega_0", "tau_resolution",
+             "tau_width", "tau_depth", "embed_dim")
     in_effect = ", ".join(f"{k} {defaults[k]}" for k in shown)
     names = {r.run_dir.name for r in runs if r.run_dir in results}
     per_run = sum(v for k, v in timings["runs"].items() if k in names)

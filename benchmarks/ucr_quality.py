@@ -2,7 +2,7 @@
 
 For each bundled UCR/UEA set and each seed, on the same split (the task's train/val/test):
 - the default search, `python -m search.run --task T --seed S`, no tuning flag (DNArch(K,R,W,D));
-- the base CCNN with the same recipe (`--learn none`);
+- the base CCNN with the same recipe (`--learn none`; UCR/UEA sets);
 - MiniRocket + a ridge classifier (sktime's transformer, fitted on train + val: no selection
   needed), timed here;
 - the published 1-NN (Euclidean) and InceptionTime figures of the task table (search/tasks/ucr.py).
@@ -52,6 +52,8 @@ def plan_runs(out: Path, tasks: list[str], seeds: int, variants: list[str],
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", task).strip("-")
         for seed in range(seeds):
             for variant in variants:
+                if variant == "base" and task not in UCR:  # the 2-D sets' peer is LeNet
+                    continue
                 learn = VARIANTS[variant]
                 flags = ["--task", task, "--seed", str(seed), *extra]
                 if learn != "KRWD":

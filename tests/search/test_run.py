@@ -193,8 +193,8 @@ def test_training_length_in_steps_and_rounds():
 
     tiny = training_length(SearchConfig(batch_size=16), 40)  # GunPoint: 2 batches per pass
     assert (tiny.steps, tiny.steps_per_epoch, tiny.per_round) == (MIN_STEPS, 2, MIN_STEPS // ROUNDS)
-    mid = training_length(SearchConfig(batch_size=16), 430)  # 26 batches per pass
-    assert mid.steps == AUTO_EPOCHS * 26 and mid.per_round == 26
+    mid = training_length(SearchConfig(batch_size=16), 1200)  # 75 batches per pass
+    assert mid.steps == AUTO_EPOCHS * 75 and mid.per_round == 75
     big = training_length(SearchConfig(batch_size=16), 3500)  # 218 batches per pass
     assert (big.steps, big.per_round) == (MAX_STEPS, 218)
     assert training_length(SearchConfig(steps=123), 40).steps == 123
