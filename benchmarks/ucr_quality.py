@@ -19,6 +19,7 @@ Writes benchmarks/results/ucr_quality.md (and prints it).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -245,6 +246,8 @@ def main() -> int:
                         "ablations (use another --out)")
     parser.add_argument("--results", default=str(RESULTS), help="markdown file to write")
     args = parser.parse_args()
+    if not args.no_peer and importlib.util.find_spec("numba") is None:
+        parser.error("MiniRocket needs numba: pip install -e '.[bench]' (or pass --no-peer)")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     runs = plan_runs(out, args.tasks, args.seeds, args.variants, args.extra.split())
