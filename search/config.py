@@ -79,9 +79,6 @@ class SearchConfig:
     # --- kernel network and masks
     omega_0: float = _f(5.0, "frequency prior of the kernel network's Fourier features")
     tau_resolution: float = _f(50.0, "temperature of the resolution masks")
-    # 50, the paper's other tuning value (appendix E: {25, 50}; 50 for CIFAR10 on CCNN_{6,380}):
-    # a sharper edge keeps the initial network closer to the base one (at 25 the last ~5 channels
-    # of each layer start at mask values 0.64-0.14); minimum width 5% of 2H instead of 10%.
     tau_width: float = _f(50.0, "temperature of the width masks")
     tau_depth: float = _f(8.0, "temperature of the depth mask")
     # --- running
