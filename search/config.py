@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from dnarch_deploy.cli import add_fields
 from dnarch_deploy.model import MAX_DEPTH, MAX_WIDTH, ModelConfig, canonical_learn
 
 # The automatic training length (--steps 0): AUTO_EPOCHS passes over the training split, clipped
@@ -24,8 +25,8 @@ MAX_STEPS = 4000
 ROUNDS = 50
 
 
-def _f(default: Any, help: str, **kw) -> Any:
-    return field(default=default, metadata={"help": help, **kw})
+def _f(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
 
 
 _MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
@@ -41,8 +42,7 @@ def _model(name: str, help: str) -> Any:
 class SearchConfig:
     # --- what to learn and on what
     task: str = _f("ucr:GunPoint", "task name (`python -m search.tasks` lists them)")
-    task_option: list[str] = _f(None, "task option KEY=VALUE (repeatable), e.g. n_train=200",
-                                action="append")
+    task_option: list[str] = _f(None, "task option KEY=VALUE (repeatable), e.g. n_train=200")
     out: str = _f("", "run directory to create (default: runs/<task>-<learn>-s<seed>)")
     learn: str = _model("learn", "what the masks learn: any subset of K,R,W,D (kernel size, "
                         "resolution, width, depth), or 'none' for the fixed base CCNN")
@@ -205,17 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
         "backpropagation under a compute budget (DNArch), writing a run directory.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    for f in dataclasses.fields(SearchConfig):
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f.metadata["help"]
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
-                                help=help_text)
-        elif f.metadata.get("action") == "append":
-            parser.add_argument(flag, action="append", default=None, help=help_text)
-        else:
-            kind = {"int": int, "float": float, "str": str}[str(f.type)]
-            parser.add_argument(flag, type=kind, default=f.default, help=help_text)
+    add_fields(parser, SearchConfig)
     return parser
 
 
