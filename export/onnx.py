@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import typing
 from pathlib import Path
+
+from dnarch_deploy.cli import add_fields
 
 from .bench import format_table
 from .pipeline import ExportError, ExportOptions, export_run
+from .tactics import TACTICS
 from .verify import VerificationError
 
 # what a user can cause: a bad run directory or task (RunError, SchemaError and TaskError are
@@ -28,33 +30,8 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("run_dir", type=Path, help="a run directory written by python -m search.run")
-    hints = typing.get_type_hints(ExportOptions)
-    comments = _field_comments()
-    for f in dataclasses.fields(ExportOptions):
-        flag = "--" + f.name.replace("_", "-")
-        kind = hints[f.name]
-        if kind is bool:
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
-                           help=comments.get(f.name))
-        elif f.name == "tactic":
-            p.add_argument(flag, choices=("direct", "matmul", "dft"), default=None,
-                           help=comments.get(f.name))
-        else:
-            base = typing.get_args(kind)[0] if typing.get_args(kind) else kind
-            p.add_argument(flag, type=base, default=f.default, help=comments.get(f.name))
+    add_fields(p, ExportOptions, tactic={"choices": TACTICS})
     return p
-
-
-def _field_comments() -> dict[str, str]:
-    """The commented defaults of ExportOptions as --help texts."""
-    import inspect
-
-    comments = {}
-    for line in inspect.getsource(ExportOptions).splitlines():
-        name, _, rest = line.strip().partition(":")
-        if "#" in rest and name.isidentifier():
-            comments[name] = rest.split("#", 1)[1].strip()
-    return comments
 
 
 def main(argv: list[str] | None = None) -> int:

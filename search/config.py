@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnarch_deploy.model import MAX_DEPTH, MAX_WIDTH
+from dnarch_deploy.cli import add_fields
+from dnarch_deploy.model import MAX_DEPTH, MAX_WIDTH, ModelConfig, canonical_learn
 
 # The automatic training length (--steps 0): AUTO_EPOCHS passes over the training split, clipped
 # to [MIN_STEPS, MAX_STEPS] optimiser steps, so that a 40-sample set still gets enough updates and
@@ -24,22 +25,30 @@ MAX_STEPS = 4000
 ROUNDS = 50
 
 
-def _f(default: Any, help: str, **kw) -> Any:
-    return field(default=default, metadata={"help": help, **kw})
+def _f(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+_MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+
+
+def _model(name: str, help: str) -> Any:
+    """A flag for a ModelConfig field, with ModelConfig's default (the one place for model
+    defaults); search.train.model_config copies every such field into the model's config."""
+    return _f(_MODEL_DEFAULTS[name], help)
 
 
 @dataclass
 class SearchConfig:
     # --- what to learn and on what
     task: str = _f("ucr:GunPoint", "task name (`python -m search.tasks` lists them)")
-    task_option: list[str] = _f(None, "task option KEY=VALUE (repeatable), e.g. n_train=200",
-                                action="append")
+    task_option: list[str] = _f(None, "task option KEY=VALUE (repeatable), e.g. n_train=200")
     out: str = _f("", "run directory to create (default: runs/<task>-<learn>-s<seed>)")
-    learn: str = _f("KRWD", "what the masks learn: any subset of K,R,W,D (kernel size, "
-                    "resolution, width, depth), or 'none' for the fixed base CCNN")
+    learn: str = _model("learn", "what the masks learn: any subset of K,R,W,D (kernel size, "
+                        "resolution, width, depth), or 'none' for the fixed base CCNN")
     # --- the base network CCNN_{D,H} and the budget
-    depth: int = _f(4, "D: blocks of the base network (the search may use up to 2D)")
-    width: int = _f(32, "H: channels of the base network (the search may use up to 2H)")
+    depth: int = _model("depth", "D: blocks of the base network (the search may use up to 2D)")
+    width: int = _model("width", "H: channels of the base network (the search may use up to 2H)")
     embed_dim: int = _f(16, "embedding size for token tasks")
     budget: float = _f(1.0, "C_target as a multiple of the base network's cost (> 0)")
     # 5.0, the paper's value for tasks whose objective loss stays high (appendix E: ListOps,
@@ -64,7 +73,8 @@ class SearchConfig:
     mask_lr: float = _f(0.01, "learning rate of the mask parameters (no weight decay)")
     weight_decay: float = _f(0.01, "AdamW weight decay of the network weights")
     warmup: float = _f(0.05, "share of the training steps in linear learning-rate warm-up")
-    dropout: float = _f(0.0, "dropout after the block's GELU")
+    dropout: float = _model("dropout", "dropout after the block's GELU")
+    # not ModelConfig's default: 'auto' is resolved per task (search.train.input_norm)
     input_norm: str = _f("auto", "input normalisation: 'sample' (each sample's channels to mean 0, "
                          "std 1), 'dataset' (the training set's channel statistics), or 'auto': "
                          "sample for classification when the training samples' scales spread over "
@@ -77,13 +87,10 @@ class SearchConfig:
                        "first round's after 30%% of the steps) from a new initialisation, at most "
                        "this many times")
     # --- kernel network and masks
-    omega_0: float = _f(5.0, "frequency prior of the kernel network's Fourier features")
-    tau_resolution: float = _f(50.0, "temperature of the resolution masks")
-    # 50, the paper's other tuning value (appendix E: {25, 50}; 50 for CIFAR10 on CCNN_{6,380}):
-    # a sharper edge keeps the initial network closer to the base one (at 25 the last ~5 channels
-    # of each layer start at mask values 0.64-0.14); minimum width 5% of 2H instead of 10%.
-    tau_width: float = _f(50.0, "temperature of the width masks")
-    tau_depth: float = _f(8.0, "temperature of the depth mask")
+    omega_0: float = _model("omega_0", "frequency prior of the kernel network's Fourier features")
+    tau_resolution: float = _model("tau_resolution", "temperature of the resolution masks")
+    tau_width: float = _model("tau_width", "temperature of the width masks")
+    tau_depth: float = _model("tau_depth", "temperature of the depth mask")
     # --- running
     seed: int = _f(0, "random seed (data order, initialisation, dropout)")
     device: str = _f("auto", "auto, cpu or cuda")
@@ -138,15 +145,13 @@ class SearchConfig:
                                    ("--embed-dim", self.embed_dim, MAX_WIDTH)):
             if not 1 <= value <= limit:
                 raise ValueError(f"{flag} must be in 1..{limit}, got {value}")
-        if self.learn.lower() != "none" and len(set(self.learn.upper())) != len(self.learn):
-            raise ValueError(f"--learn names a component twice: {self.learn!r}")
+        try:
+            canonical_learn(self.learn)  # ModelConfig's check, its message naming the flag
+        except ValueError as e:
+            raise ValueError(f"--{e}") from None
         if self.learn.lower() == "none" and self.budget != 1.0:
             raise ValueError(f"--learn none trains the fixed base CCNN, whose cost is fixed: "
                              f"--budget {self.budget} cannot be met (leave it at 1.0)")
-        if self.learn.lower() != "none" and (
-            not self.learn or any(c not in "KRWDkrwd" for c in self.learn)
-        ):
-            raise ValueError(f"--learn must be a subset of K,R,W,D or 'none', got {self.learn!r}")
 
     def task_options(self) -> dict[str, Any]:
         """--task-option KEY=VALUE pairs, values parsed as int/float/bool where they look so."""
@@ -200,17 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
         "backpropagation under a compute budget (DNArch), writing a run directory.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    for f in dataclasses.fields(SearchConfig):
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f.metadata["help"]
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
-                                help=help_text)
-        elif f.metadata.get("action") == "append":
-            parser.add_argument(flag, action="append", default=None, help=help_text)
-        else:
-            kind = {"int": int, "float": float, "str": str}[str(f.type)]
-            parser.add_argument(flag, type=kind, default=f.default, help=help_text)
+    add_fields(parser, SearchConfig)
     return parser
 
 

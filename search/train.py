@@ -14,7 +14,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -67,27 +67,24 @@ class Batches:
 
 
 def model_config(cfg: SearchConfig, task) -> ModelConfig:
+    """The model's configuration: the fields that follow from the task, and every other field
+    SearchConfig shares with ModelConfig (depth, width, learn, the temperatures...) as given."""
     dense = task.kind == "dense"
-    return ModelConfig(
+    from_task = dict(
         in_channels=cfg.embed_dim if task.tokens else task.in_channels,
         out_channels=task.out_channels,
         input_size=tuple(task.spatial),
         dense=dense,
         vocab_size=task.vocab_size if task.tokens else 0,
-        depth=cfg.depth,
-        width=cfg.width,
-        learn=cfg.learn,
-        dropout=cfg.dropout,
-        omega_0=cfg.omega_0,
-        tau_resolution=cfg.tau_resolution,
-        tau_width=cfg.tau_width,
-        tau_depth=cfg.tau_depth,
-        input_norm=input_norm(cfg, task),
+        input_norm=input_norm(cfg, task),  # --input-norm, 'auto' resolved
         input_mean=[] if task.tokens else [float(v) for v in task.x_mean],
         input_std=[] if task.tokens else [float(v) for v in task.x_std],
         output_mean=[float(v) for v in task.y_mean] if dense else [],
         output_std=[float(v) for v in task.y_std] if dense else [],
     )
+    flags = {f.name for f in fields(SearchConfig)} - from_task.keys()
+    shared = {f.name: getattr(cfg, f.name) for f in fields(ModelConfig) if f.name in flags}
+    return ModelConfig(**shared, **from_task)
 
 
 # --input-norm auto standardises each sample when, in some input channel, the 90th percentile of

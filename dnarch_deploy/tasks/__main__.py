@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
+from ..cli import add_fields, field_help
 from . import TaskError, describe, list_tasks, load_task
 from .cache import cache_root
 from .registry import GENERATED, parse_name
@@ -14,9 +15,9 @@ from .registry import GENERATED, parse_name
 @dataclass
 class Args:
     names: list[str] = field(default_factory=list)  # tasks to show (default: every known task)
-    seed: int = 0  # the seed whose generated data and validation split are described
-    cache_dir: str | None = None  # default: $DNARCH_CACHE or ~/.cache/dnarch-deploy
-    generate: bool = False  # generate (and cache) generated tasks that are not cached yet
+    seed: int = 0  # seed of the generated data and validation split
+    cache_dir: str | None = None  # cache folder (default: $DNARCH_CACHE or ~/.cache/dnarch-deploy)
+    generate: bool = False  # generate and cache generated tasks that are missing
 
 
 def parse_args(argv: list[str] | None) -> Args:
@@ -24,22 +25,8 @@ def parse_args(argv: list[str] | None) -> Args:
         prog="python -m search.tasks", description="List the data tasks, their shapes, sizes "
         "and cache state. Names may carry options, e.g. darcy:size=43,n_train=200.",
     )
-    help_text = {
-        "names": "tasks to show (default: every known task)",
-        "seed": "seed of the generated data and validation split",
-        "cache_dir": "cache folder (default: $DNARCH_CACHE or ~/.cache/dnarch-deploy)",
-        "generate": "generate and cache generated tasks that are missing",
-    }
-    for f in fields(Args):
-        if f.name == "names":
-            parser.add_argument("names", nargs="*", help=help_text["names"])
-        elif f.type == "bool":
-            parser.add_argument("--" + f.name.replace("_", "-"), action="store_true",
-                                help=help_text[f.name])
-        else:
-            kind = int if f.type == "int" else str
-            parser.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default,
-                                help=help_text[f.name])
+    parser.add_argument("names", nargs="*", help=field_help(Args)["names"])
+    add_fields(parser, Args, skip=("names",))
     return Args(**vars(parser.parse_args(argv)))
 
 

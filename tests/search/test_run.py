@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -11,10 +12,10 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-from dnarch_deploy import Architecture
+from dnarch_deploy import Architecture, ModelConfig
 from dnarch_deploy import rundir as R
 from dnarch_deploy.cost import architecture_cost
-from search.config import SearchConfig, build_parser
+from search.config import SearchConfig, build_parser, parse_args
 from search.train import _is_better
 
 from .conftest import TINY, run_search
@@ -165,6 +166,25 @@ def test_every_config_field_is_a_documented_flag():
     for name in SearchConfig.__dataclass_fields__:
         assert name in flags and flags[name].help, name
     assert json.dumps(SearchConfig().to_dict())  # serialisable for config.json
+
+
+def test_model_flags_default_to_model_config_and_reach_the_model():
+    """ModelConfig holds the model defaults: the flags it shares with the search start at them
+    (but --input-norm, whose 'auto' is resolved per task) and reach the model as given."""
+    from search.tasks import load_task
+    from search.train import model_config
+
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    shared = [n for n in SearchConfig.__dataclass_fields__ if n in defaults and n != "input_norm"]
+    assert {"depth", "width", "learn", "dropout", "omega_0", "tau_resolution", "tau_width",
+            "tau_depth"} <= set(shared)
+    assert all(getattr(SearchConfig(), n) == defaults[n] for n in shared)
+    cfg, _ = parse_args(["--depth", "3", "--width", "8", "--learn", "wk", "--dropout", "0.1",
+                         "--omega-0", "7", "--tau-resolution", "20", "--tau-width", "30",
+                         "--tau-depth", "4"])
+    model = model_config(cfg, load_task("ucr:GunPoint", seed=0))
+    assert model.learn == "KW"  # canonical order
+    assert all(getattr(model, n) == getattr(cfg, n) for n in shared if n != "learn")
 
 
 def test_denormals_are_flushed_on_every_intra_op_thread():

@@ -1,0 +1,42 @@
+"""The one argparse builder for dataclass command lines (search.run, export.onnx, search.tasks)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from dnarch_deploy.cli import add_fields, field_help
+
+
+@dataclass
+class Options:
+    steps: int = 3  # optimiser steps
+    rate: float = 0.5  # learning rate
+    name: str | None = None  # a name
+    fast: bool = True  # go fast
+    tag: list[str] = field(default=None, metadata={"help": "a tag (repeatable)"})
+    mode: str = "a"  # one of a, b
+
+
+def test_fields_become_typed_flags_with_defaults_and_help():
+    parser = argparse.ArgumentParser()
+    add_fields(parser, Options, mode={"choices": ("a", "b")})
+    assert vars(parser.parse_args([])) == vars(Options())
+    args = parser.parse_args(["--steps", "7", "--rate", "2", "--name", "x", "--no-fast",
+                              "--tag", "u", "--tag", "v", "--mode", "b"])
+    assert vars(args) == dict(steps=7, rate=2.0, name="x", fast=False, tag=["u", "v"], mode="b")
+    helps = {a.dest: a.help for a in parser._actions}
+    assert helps["steps"] == "optimiser steps" and helps["tag"] == "a tag (repeatable)"
+    assert field_help(Options)["name"] == "a name"
+
+
+def test_skipped_and_special_fields():
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_fields(parser, Options, skip=("tag",), mode={"choices": ("a", "b")})
+    assert "tag" not in vars(parser.parse_args([]))
+    try:
+        parser.parse_args(["--mode", "c"])
+    except argparse.ArgumentError as e:
+        assert "invalid choice" in str(e)
+    else:
+        raise AssertionError("--mode c was accepted")
