@@ -44,6 +44,7 @@ UCR = ["ucr:GunPoint", "ucr:ItalyPowerDemand", "ucr:ArrowHead", "ucr:OSULeaf", "
        "ucr:BasicMotions", "ucr:JapaneseVowels", "ucr:PLAID"]
 IMAGES = ["digits", "mnist5k"]
 VARIANTS = {"search": "KRWD", "base": "none"}
+NAMES = {"search": "default search", "base": "base CCNN", "peer": "peer (MiniRocket / LeNet)"}
 
 
 def plan_runs(out: Path, tasks: list[str], seeds: int, variants: list[str],
@@ -161,7 +162,7 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
     lines = ["| set | test series | default search | base CCNN | peer | 1-NN | InceptionTime "
              "| search s/run | base s/run | peer s/run | stalled runs (restarted) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    means = {"search": [], "base": [], "peer": []}
+    means = {}  # set -> {"search": mean, "base": mean, "peer": mean}
     wins, one_nn_ok, std_ok, notes, archs = 0, [], [], [], []
     for task in args.tasks:
         cell, walls, restarts = {}, {}, []
@@ -177,10 +178,9 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
         a = anchors(task)
         n_test = results[next(r.run_dir for r in runs if r.key == task
                               and r.run_dir in results)]["n_test"] if cell.get("search") else 0
-        for key, values in (("search", cell.get("search")), ("base", cell.get("base")),
-                            ("peer", peer_acc)):
-            if values:
-                means[key].append(statistics.mean(values))
+        means[task] = {key: statistics.mean(values) for key, values in (
+            ("search", cell.get("search")), ("base", cell.get("base")), ("peer", peer_acc))
+            if values}
         if cell.get("search") and peer_acc:
             wins += statistics.mean(cell["search"]) > statistics.mean(peer_acc)
         if cell.get("search") and "1nn_ed" in a:
@@ -199,6 +199,8 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
         if done:
             archs.append(f"- {task} (seed {done[0].seed}): {describe_arch(done[0].run_dir)}")
     command = " ".join(["python benchmarks/ucr_quality.py", *sys.argv[1:]])
+    invocations = json.loads((Path(args.out) / "invocations.json").read_text()) \
+        if (Path(args.out) / "invocations.json").exists() else []
     out = [
         "# Default search quality on the bundled sets",
         "",
@@ -210,19 +212,24 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
         f"Command: `{command}`  ",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {args.jobs} runs at a time, "
         f"1 thread each; Python {platform.python_version()}, torch {torch.__version__}; "
-        f"{seconds / 60:.0f} min wall.  ",
-        f"Code: {code_state()}." + (f"  \n**Every run also** `{args.extra}`." if args.extra
+        f"this invocation {seconds / 60:.0f} min wall.  ",
+        "Code the runs were trained with: " + ("; ".join(
+            f"{i['code']} ({i['trained']} runs from {i['started']}, {i['seconds'] / 60:.0f} min "
+            "wall)" for i in invocations)
+            or code_state()) + "." + (f"  \n**Every run also** `{args.extra}`." if args.extra
                                       else ""),
         "",
         *lines,
         "",
     ]
-    if means["search"] and means["peer"]:
-        out.append(f"- Mean over the sets: default search {statistics.mean(means['search']):.3f}"
-                   + (f", base CCNN {statistics.mean(means['base']):.3f}" if means["base"]
-                      else "")
-                   + f", peer {statistics.mean(means['peer']):.3f}; the search is ahead of the "
-                   f"peer on {wins} of {len(args.tasks)} sets.")
+    for (a, b) in (("search", "base"), ("search", "peer")):
+        both = [m for m in means.values() if a in m and b in m]
+        if both:
+            ahead = sum(m[a] > m[b] for m in both)
+            out.append(f"- Mean over the {len(both)} sets with both: {NAMES[a]} "
+                       f"{statistics.mean(m[a] for m in both):.3f}, {NAMES[b]} "
+                       f"{statistics.mean(m[b] for m in both):.3f}; the {NAMES[a]} is ahead "
+                       f"on {ahead} of {len(both)}.")
     if one_nn_ok:
         out.append(f"- Default search ≥ 1-NN on {sum(one_nn_ok)} of {len(one_nn_ok)} sets.")
     if std_ok:
@@ -254,7 +261,7 @@ def main() -> int:
     peer_cache = out / "peers.json"
     peers = {tuple(json.loads(k)): v for k, v in json.loads(peer_cache.read_text()).items()} \
         if peer_cache.exists() else {}
-    t0 = time.time()
+    t0, code = time.time(), code_state()  # at the start: the code the runs load
     results, failed, timings = {}, {}, {}
     with ThreadPoolExecutor(args.jobs) as pool, tqdm(total=len(runs), desc="runs",
                                                       disable=bool(os.environ.get("CI"))) as bar:
@@ -278,6 +285,13 @@ def main() -> int:
             else:
                 results[key.run_dir] = {**value, "n_test": _n_test(key.run_dir)}
                 bar.update(1)
+    if timings:  # this invocation trained runs: say with which code
+        path = out / "invocations.json"
+        invocations = json.loads(path.read_text()) if path.exists() else []
+        invocations.append({"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
+                            "code": code, "trained": len(timings),
+                            "seconds": round(time.time() - t0)})
+        path.write_text(json.dumps(invocations, indent=1) + "\n")
     text = report(args, runs, results, peers, time.time() - t0)
     print(text)
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)

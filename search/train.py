@@ -257,10 +257,12 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
                 g = torch.Generator().manual_seed(cfg.seed * 100003 + data_epoch)
                 order = torch.randperm(len(train_set), generator=g).to(device)
                 order_epoch = data_epoch
-            idx = order[i * batch : (i + 1) * batch][world.rank * local : (world.rank + 1) * local]
+            idx = order[i * batch : (i + 1) * batch]
             x, y = train_set.x[idx], train_set.y[idx]
-            if shift:
+            if shift:  # drawn for the global batch on every rank, so N ranks shift as one does
                 x = random_shift(x, shift)
+            mine = slice(world.rank * local, (world.rank + 1) * local)
+            x, y = x[mine], y[mine]
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                 plan = model.plan()
                 out = model.run(x, plan)
