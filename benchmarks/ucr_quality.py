@@ -163,7 +163,7 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
              "| search s/run | base s/run | peer s/run | stalled runs (restarted) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     means = {}  # set -> {"search": mean, "base": mean, "peer": mean}
-    wins, one_nn_ok, std_ok, notes, archs = 0, [], [], [], []
+    one_nn_ok, std_ok, archs = [], [], []
     for task in args.tasks:
         cell, walls, restarts = {}, {}, []
         for variant in args.variants:
@@ -171,7 +171,9 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
                   if r.key == task and r.variant == variant and r.run_dir in results]
             acc = [s["test_metric"] for s in rs]
             cell[variant] = acc
-            walls[variant] = [s["wall_seconds"] for s in rs]
+            # the kept attempt's training time plus that of any stalled attempt before it
+            walls[variant] = [s["wall_seconds"] + sum(r["seconds"] for r in s.get("restarts", []))
+                              for s in rs]
             restarts += [s.get("restarts", 0) for s in rs]
         peer_rows = [peers[(task, s)] for s in range(args.seeds) if (task, s) in peers]
         peer_acc = [p[1] for p in peer_rows]
@@ -181,8 +183,6 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
         means[task] = {key: statistics.mean(values) for key, values in (
             ("search", cell.get("search")), ("base", cell.get("base")), ("peer", peer_acc))
             if values}
-        if cell.get("search") and peer_acc:
-            wins += statistics.mean(cell["search"]) > statistics.mean(peer_acc)
         if cell.get("search") and "1nn_ed" in a:
             one_nn_ok.append(statistics.mean(cell["search"]) >= a["1nn_ed"])
         if cell.get("search") and len(cell["search"]) > 1 and n_test >= 100:
@@ -207,7 +207,8 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
         "Each cell: test accuracy, mean ± std over seeds, same split for every method (the task's "
         "train / val / test; MiniRocket fits train + val). *default search* is "
         "`python -m search.run --task T --seed S` with no other flag; *base CCNN* adds "
-        "`--learn none`; s/run is the search's training time (summary.json wall_seconds).",
+        "`--learn none`; s/run is a run's training time (summary.json wall_seconds, plus the "
+        "seconds of a stalled attempt it restarted after).",
         "",
         f"Command: `{command}`  ",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {args.jobs} runs at a time, "
@@ -237,7 +238,7 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
                    + ", ".join(f"{t} {s:.3f}" for t, s in std_ok) + ".")
     out += ["", "## Architectures found (default search, first seed)", "",
             "Per block: kernel size K and resolution R per axis, widths n_in/n_mid/n_out.", "",
-            *archs, *notes]
+            *archs]
     return "\n".join(out) + "\n"
 
 

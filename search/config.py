@@ -63,7 +63,7 @@ class SearchConfig:
         "C_target; over-budget epochs count only until one within it is seen")
     # --- optimisation (paper appendix E: AdamW, linear warm-up then cosine)
     # Length is counted in optimiser steps, so that a 40-sample set and a 4000-sample set both get
-    # enough updates (see default_steps); --epochs is the same in passes over the training split.
+    # enough updates (see training_length); --epochs gives it in passes over the training split.
     steps: int = _f(0, f"optimiser steps in all; 0: {AUTO_EPOCHS} passes over the training "
                     f"split, clipped to [{MIN_STEPS}, {MAX_STEPS}] steps")
     epochs: int = _f(0, "training length in passes over the training split, instead of --steps "
