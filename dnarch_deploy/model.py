@@ -29,7 +29,14 @@ from torch import Tensor, nn
 
 from . import masks as M
 from .kernelnet import KernelNet
-from .spectral import fft_conv, frequency_positions, resample, resolution_for_bins
+from .spectral import (
+    conv_fft_sizes,
+    fft_conv,
+    frequency_positions,
+    resample,
+    resolution_for_bins,
+    spectrum_positions,
+)
 
 LEARNABLE = "KRWD"  # K: kernel size, R: resolution, W: width, D: depth
 INPUT_NORMS = ("dataset", "sample")
@@ -148,8 +155,15 @@ class BlockPlan:
     # each support; the block uses the first n_in, n_mid, n_out); None when width is fixed
     width_masks: Tensor | None = None
     # per axis, the resolution mask on the kept frequency bins; None on an axis it does not crop,
-    # and None for the block when it crops no axis (the block then computes at full resolution)
+    # and None for the block when it crops no axis
     m_res: tuple[Tensor | None, ...] | None = None
+    # the resolution mask on the axes it does not crop, evaluated on the convolution's own
+    # spectrum (a product over those axes, broadcastable to the kernel's rfftn spectrum); None
+    # when R is fixed or every axis is cropped (paper eq. 9: the mask is always in the loss)
+    conv_mask: Tensor | None = None
+    # with conv_mask: the convolution's FFT length per axis, that of the largest kernel the block
+    # can have at its resolution, so the masked function does not change with the kernel's taps
+    conv_fft: tuple[int, ...] | None = None
     sigma: Tensor | None = None  # (axes,) Gaussian kernel-mask widths, None when K is fixed
 
 
@@ -256,7 +270,7 @@ class Block(nn.Module):
             for axis, (r, m) in enumerate(zip(p.resolution, p.m_res)):
                 if m is not None:
                     z = resample(z, r, dim=2 + axis, mask=m)  # (B, n_in, *R)
-        z = fft_conv(z, kernel)  # (B, n_in, *R)
+        z = fft_conv(z, kernel, p.conv_mask, p.conv_fft)  # (B, n_in, *R)
         z = F.dropout(F.gelu(_pointwise(z, w1, b1)), self.dropout, self.training)  # (B, n_mid, *R)
         z = _pointwise(z, w2, b2)  # (B, n_out, *R)
         for axis, s in enumerate(size):
@@ -424,10 +438,15 @@ class DNArch(nn.Module):
             sizes = (H, H, H) if full else widths[b]
             resolution = resolutions[b]
             scales = [r / s for r, s in zip(resolution, c.input_size)]
-            half = tuple(
-                min(M.gaussian_half_taps(1.0 if full else x, k, sc), (r - 1) // 2)
-                for x, k, sc, r in zip(x_k[b], c.max_kernel, scales, resolution)
+            widest = tuple(  # the global kernel's half-width at this resolution
+                min(M.gaussian_half_taps(1.0, k, sc), (r - 1) // 2)
+                for k, sc, r in zip(c.max_kernel, scales, resolution)
             )
+            half = widest if full else tuple(
+                min(M.gaussian_half_taps(x, k, sc), h)
+                for x, k, sc, h in zip(x_k[b], c.max_kernel, scales, widest)
+            )
+            conv_mask, conv_fft = self._conv_mask(b, resolution, widest, res_masks[b])
             kernel_size = tuple(
                 2 * M.gaussian_half_taps(x, k) + 1 for x, k in zip(x_k[b], c.max_kernel)
             )
@@ -443,6 +462,8 @@ class DNArch(nn.Module):
                     depth_weight=depth_weights[b],
                     width_masks=width_masks[b],
                     m_res=res_masks[b],
+                    conv_mask=conv_mask,
+                    conv_fft=conv_fft,
                     sigma=sigmas[b],
                 )
             )
@@ -484,6 +505,31 @@ class DNArch(nn.Module):
             [tuple(r) for r in sizes],
             [None if all(m is None for m in row) else tuple(row) for row in masks],
         )
+
+    def _conv_mask(self, b: int, resolution: tuple[int, ...], widest: tuple[int, ...],
+                   m_res: tuple[Tensor | None, ...] | None
+                   ) -> tuple[Tensor | None, tuple[int, ...] | None]:
+        """Block b's resolution mask on the spectrum of its FFT convolution over the axes where
+        it crops nothing, and that FFT's lengths: what puts the mask in the task loss before its
+        first bin is cropped (an element-wise product on the kernel's spectrum, no extra FFT).
+        Cropped axes get 1: their mask acts in the downsampling. The FFT lengths are those of
+        the widest kernel (half-widths ``widest``), whatever the kernel mask keeps."""
+        c = self.config
+        if not c.learns("R"):
+            return None, None
+        axes = len(c.input_size)
+        fft_sizes = conv_fft_sizes(resolution, [2 * h + 1 for h in widest])
+        mask = None
+        for axis, (n, n_fft) in enumerate(zip(c.input_size, fft_sizes)):
+            if m_res is not None and m_res[axis] is not None:
+                continue
+            mu = self.mask_res[b, axis]
+            positions = spectrum_positions(n_fft, n, onesided=axis == axes - 1,
+                                           device=mu.device, dtype=mu.dtype)
+            values = M.sigmoid_mask(positions, mu, c.tau_resolution, c.threshold)
+            values = values.view(*[-1 if a == axis else 1 for a in range(axes)])
+            mask = values if mask is None else mask * values
+        return (None, None) if mask is None else (mask, tuple(fft_sizes))
 
     # --- kernels -------------------------------------------------------------------------------
 

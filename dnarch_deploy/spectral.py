@@ -25,6 +25,22 @@ def frequency_positions(n: int, device=None, dtype=None) -> Tensor:
     return torch.linspace(-1.0, 1.0, bins, device=device, dtype=dtype)
 
 
+def spectrum_positions(n_fft: int, n: int, onesided: bool = True, device=None,
+                       dtype=None) -> Tensor:
+    """Mask coordinates of the bins of a length-``n_fft`` FFT of a length-``n`` axis, on the scale
+    of :func:`frequency_positions` (a bin at the frequency of input bin j gets input bin j's
+    coordinate): the resolution mask evaluated on a zero-padded FFT's spectrum. ``onesided``: the
+    n_fft // 2 + 1 bins of a real FFT; else all n_fft bins of a complex one (bin k and n_fft - k
+    share the frequency |k|)."""
+    k = torch.arange(n_fft // 2 + 1 if onesided else n_fft, device=device, dtype=dtype)
+    if not onesided:
+        k = torch.minimum(k, n_fft - k)
+    top = n // 2  # input bin n // 2 sits at +1
+    if top == 0:
+        return torch.full_like(k, -1.0)
+    return k * (2.0 * n / (n_fft * top)) - 1.0
+
+
 def kept_bins(size: int) -> int:
     """Real-FFT bins a length-``size`` signal holds."""
     return size // 2 + 1
@@ -162,24 +178,58 @@ def conv_fft_length(size, taps):
     return size + (taps - 1) / 2
 
 
-def fft_conv(x: Tensor, kernel: Tensor) -> Tensor:
+def conv_fft_sizes(sizes, taps) -> list[int]:
+    """The FFT length per axis of :func:`fft_conv` for ``sizes`` samples and ``taps``-tap kernels:
+    the fast length from :func:`conv_fft_length` on."""
+    return [next_fast_len(conv_fft_length(int(s), int(k))) for s, k in zip(sizes, taps)]
+
+
+def fft_conv(x: Tensor, kernel: Tensor, spectrum_mask: Tensor | None = None,
+             fft_sizes: list[int] | None = None) -> Tensor:
     """Depthwise cross-correlation with zero padding and 'same' output size, via real FFTs.
 
     ``x`` (B, C, *S), ``kernel`` (C, *K) with odd K per axis: the same as
-    ``F.conv{d}d(x, kernel[:, None], padding=K // 2, groups=C)``; the FFT length per axis is the
-    fast length from :func:`conv_fft_length` (S + K // 2) on, so the wrap-around falls outside
-    the 'same' window.
+    ``F.conv{d}d(x, kernel[:, None], padding=K // 2, groups=C)``; the FFT length per axis is
+    :func:`conv_fft_sizes` (S + K // 2 rounded up to a fast length), so the wrap-around falls
+    outside the 'same' window. ``spectrum_mask`` (optional, broadcastable to the kernel's
+    ``rfftn`` spectrum) multiplies that spectrum: the resolution mask of a block at full
+    resolution (paper eq. 9), at the cost of one element-wise product on C kernel spectra; the
+    result is then a 'same' correlation with :func:`masked_kernel`. ``fft_sizes`` (at least
+    :func:`conv_fft_sizes`) fixes the FFT lengths, so that a masked result does not depend on
+    how many taps the kernel has.
     """
     dims = tuple(range(-kernel.dim() + 1, 0))
     sizes = x.shape[2:]
-    ksizes = kernel.shape[1:]
-    n = [next_fast_len(conv_fft_length(s, k)) for s, k in zip(sizes, ksizes)]
+    n = list(fft_sizes or conv_fft_sizes(sizes, kernel.shape[1:]))
     x_f = rfftn(x, n)
     k_f = rfftn(kernel.flip(dims), n)  # flip: convolution -> correlation
+    if spectrum_mask is not None:
+        k_f = k_f * spectrum_mask
     y = torch.fft.irfftn(x_f * k_f, s=n, dim=dims)
-    for d, s, k in zip(dims, sizes, ksizes):  # full convolution -> the 'same' window
+    for d, s, k in zip(dims, sizes, kernel.shape[1:]):  # full convolution -> the 'same' window
         y = y.narrow(d, k // 2, s)
     return y
+
+
+def masked_kernel(kernel: Tensor, sizes, spectrum_mask: Tensor, fft_sizes: list[int]) -> Tensor:
+    """The kernel whose 'same' correlation with a (B, C, *S) input equals
+    ``fft_conv(x, kernel, spectrum_mask, fft_sizes)``: how export folds a full-resolution
+    resolution mask. 2 S - 1 taps on each axis the mask filters (where it has more than one
+    value), the kernel's own taps on the others.
+
+    fft_conv with a mask is still linear and shift-invariant on the S samples it returns (output
+    i sees input j through the masked circular filter c at (i - j) mod N alone), so it is a
+    correlation with one tap per offset i - j in [-(S - 1), S - 1]; a kernel of T taps reads
+    tap u at c[(K // 2 + T // 2 - u) mod N], per axis. Exact up to rounding (use float64).
+    """
+    dims = tuple(range(-kernel.dim() + 1, 0))
+    spectrum = rfftn(kernel.flip(dims), list(fft_sizes)) * spectrum_mask
+    c = torch.fft.irfftn(spectrum, s=list(fft_sizes), dim=dims)  # (C, *N)
+    for d, s, k, n in zip(dims, sizes, kernel.shape[1:], fft_sizes):
+        taps = 2 * s - 1 if spectrum_mask.dim() >= -d and spectrum_mask.shape[d] > 1 else k
+        u = torch.arange(taps, device=c.device)
+        c = c.index_select(d, (k // 2 + taps // 2 - u) % n)
+    return c
 
 
 def direct_conv(x: Tensor, kernel: Tensor) -> Tensor:

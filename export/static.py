@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from dnarch_deploy import Architecture, DNArch, describe
 from dnarch_deploy.model import Norm, Plan, standardise
-from dnarch_deploy.spectral import direct_conv, fft_conv, resample
+from dnarch_deploy.spectral import direct_conv, fft_conv, masked_kernel, resample
 
 
 @dataclass
@@ -242,6 +242,9 @@ def _block(model: DNArch, p, kernel: Tensor, stream: int) -> StaticBlock:
     if p.m_res is not None:  # on each axis the mask crops (on a fast length, even at r == S)
         down = [Resample(r, d, m) for r, d, m in zip(p.resolution, dims, p.m_res) if m is not None]
     up = [Resample(n, d) for n, r, d in zip(size, p.resolution, dims) if r != n]
+    if p.conv_mask is not None:  # the mask on the convolution's spectrum, folded into its kernel
+        kernel = masked_kernel(kernel.double(), p.resolution, p.conv_mask.double(),
+                               list(p.conv_fft))
     # the BatchNorm shift carried through down and conv: c * conv(down(1)), (n_in, *R)
     ones = torch.ones(1, p.n_in, *size, dtype=torch.float64)
     shift = direct_conv(copy.deepcopy(nn.Sequential(*down)).double()(ones), kernel.double())[0]

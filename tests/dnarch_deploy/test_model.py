@@ -198,20 +198,25 @@ def test_width_mask_fold_is_slice_and_product_with_exact_gradients(sizes, depth)
 
 
 @pytest.mark.parametrize("case", [dict(input_size=(150,)), dict(input_size=(7, 8), dense=True)])
-def test_uncropped_resolution_mask_leaves_the_block_at_full_resolution(case):
-    """At initialisation the resolution masks' supports hold every frequency bin: DNArch(K,R)
-    then computes exactly DNArch(K) with the same weights (no spectral filter, no resampling),
-    and the task loss gives the resolution mask no gradient until it crops a bin."""
-    with_r = tiny_model(3, learn="KR", **case)
-    without_r = tiny_model(3, learn="K", **case)
-    state = {k: v for k, v in with_r.state_dict().items() if k != "mask_res"}
-    without_r.load_state_dict(state)
-    x = inputs(with_r)
-    assert all(p.m_res is None for p in with_r.plan().blocks)
-    out = with_r(x)
-    assert torch.equal(out, without_r(x))
-    (g,) = torch.autograd.grad(out.square().mean(), with_r.mask_res, allow_unused=True)
-    assert g is None
+def test_resolution_mask_is_in_the_loss_before_it_crops(case):
+    """At initialisation the resolution masks crop nothing (no resampling: every block at full
+    resolution), yet the mask multiplies each convolution's spectrum (paper eq. 9, appendix E:
+    0.85 at the highest frequency), so the task loss moves every block's mask from step one."""
+    model = tiny_model(3, learn="KR", **case)
+    c = model.config
+    plan = model.plan()
+    assert all(p.m_res is None and p.resolution == c.input_size for p in plan.blocks)
+    for p in plan.blocks:
+        assert p.conv_mask is not None and p.conv_mask.shape[-1] == p.conv_fft[-1] // 2 + 1
+        # below 1 towards the highest frequencies (0 past the top input bin of an odd axis)
+        assert p.conv_mask.min() < 0.95 and p.conv_mask.max() <= 1.0
+    # the mask at input bin n // 2 (coordinate +1) is appendix E's 0.85
+    mu = model.mask_res[0, -1]
+    top = M.sigmoid_mask(torch.ones(()), mu, c.tau_resolution, c.threshold)
+    assert top.item() == pytest.approx(0.85)
+    out = model(inputs(model))
+    (g,) = torch.autograd.grad(out.square().mean(), model.mask_res)
+    assert (g != 0).all()
 
 
 def test_blocks_outside_the_depth_support_get_no_gradient():

@@ -15,14 +15,17 @@ from dnarch_deploy.spectral import (
     _RFFT,
     FAST_LENGTH_MIN,
     conv_fft_length,
+    conv_fft_sizes,
     direct_conv,
     fft_conv,
     frequency_positions,
     kept_bins,
+    masked_kernel,
     next_fast_len,
     resample,
     resample_matrix,
     resolution_for_bins,
+    spectrum_positions,
 )
 
 F64 = torch.float64
@@ -148,6 +151,19 @@ def test_frequency_positions():
     assert frequency_positions(1).tolist() == [-1.0]
 
 
+@pytest.mark.parametrize("n", [1, 2, 7, 8, 150])
+def test_spectrum_positions_are_frequency_positions_on_a_padded_fft(n):
+    """An FFT of the axis itself has the axis's own coordinates; zero-padded to 3 n, bin 3 j is
+    at input bin j's frequency and coordinate; a complex FFT's bin k and n_fft - k share one."""
+    torch.testing.assert_close(spectrum_positions(n, n, dtype=F64), frequency_positions(n, dtype=F64))
+    padded = spectrum_positions(3 * n, n, dtype=F64)
+    torch.testing.assert_close(padded[::3], frequency_positions(n, dtype=F64))
+    full = spectrum_positions(3 * n, n, onesided=False, dtype=F64)
+    assert full.shape == (3 * n,)
+    torch.testing.assert_close(full[1:], full[1:].flip(0))
+    torch.testing.assert_close(full[: padded.numel()], padded)
+
+
 @pytest.mark.parametrize("n", [1, 2, 20, 21, 150, 784])
 def test_resolution_for_bins_holds_the_bins_at_a_fast_length(n):
     """R is n when every bin is kept; otherwise it holds the kept bins without a Nyquist bin
@@ -189,6 +205,44 @@ def test_fft_conv_equals_direct_conv(size, kernel):
     out = fft_conv(x, k)
     assert out.shape == x.shape
     torch.testing.assert_close(out, direct_conv(x, k), rtol=0, atol=1e-11)
+
+
+def _symmetric_mask(fft_sizes, axes, g):
+    """A random resolution-mask-like spectrum filter: real, per axis, equal at bins k and N - k
+    of a complex axis; 1 along the axes not in ``axes``."""
+    mask = torch.ones(*[1] * len(fft_sizes), dtype=F64)
+    for a in axes:
+        onesided = a == len(fft_sizes) - 1
+        m = torch.rand(fft_sizes[a] // 2 + 1 if onesided else fft_sizes[a], generator=g, dtype=F64)
+        if not onesided:
+            m[1:] = (m[1:] + m[1:].flip(0)) / 2
+        mask = mask * m.view(*[-1 if i == a else 1 for i in range(len(fft_sizes))])
+    return mask
+
+
+@pytest.mark.parametrize(
+    "size, kernel, axes",
+    [((37,), (11,), (0,)), ((16,), (15,), (0,)), ((150,), (149,), (0,)), ((7,), (1,), (0,)),
+     ((9, 12), (5, 7), (0, 1)), ((9, 12), (5, 7), (0,)), ((9, 12), (5, 7), (1,))],
+    ids=str,
+)
+def test_masked_fft_conv_is_a_correlation_with_the_masked_kernel(size, kernel, axes):
+    """A spectrum mask on fft_conv (at any FFT length from conv_fft_sizes on) is exactly a
+    'same' correlation with masked_kernel: 2 S - 1 taps on the filtered axes, K elsewhere."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 3, *size, generator=g, dtype=F64)
+    k = torch.randn(3, *kernel, generator=g, dtype=F64)
+    for extra in (0, 5):
+        n = [v + extra for v in conv_fft_sizes(size, kernel)]
+        mask = _symmetric_mask(n, axes, g)
+        folded = masked_kernel(k, size, mask, n)
+        assert folded.shape[1:] == tuple(2 * s - 1 if a in axes else t
+                                         for a, (s, t) in enumerate(zip(size, kernel)))
+        torch.testing.assert_close(fft_conv(x, k, mask, n), direct_conv(x, folded),
+                                   rtol=0, atol=1e-11)
+    ones = torch.ones(1, dtype=F64)  # a mask of ones: the kernel itself (zero-padded)
+    n = conv_fft_sizes(size, kernel)
+    torch.testing.assert_close(fft_conv(x, k, ones, n), fft_conv(x, k), rtol=0, atol=1e-11)
 
 
 @pytest.mark.parametrize("size, kernel", [((9,), (5,)), ((6, 5), (3, 5))], ids=str)

@@ -91,8 +91,12 @@ def test_architecture_json_has_physical_sizes_and_tactics(exported_run):
                 assert (n2 is None) == (tactic == "dense")
                 if e["by"] == "measured":
                     assert tactic == min(e["ms"], key=e["ms"].get)
-        for key in ("n_in", "n_mid", "n_out", "resolution", "kernel_taps"):
+        for key in ("n_in", "n_mid", "n_out", "resolution"):
             assert block[key] == spec[key], key
+        # the resolution mask on an uncropped axis is folded into the kernel: 2 R - 1 taps there
+        size = arch["input"]["spatial"]
+        assert block["kernel_taps"] == [2 * r - 1 if r == n else t for r, n, t in
+                                        zip(spec["resolution"], size, spec["kernel_taps"])]
     assert [b["tactic"] for b in arch["blocks"]] == report["tactics"]
 
 

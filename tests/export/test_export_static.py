@@ -45,7 +45,11 @@ def test_static_module_keeps_only_the_support(seed):
     for block, p in zip(static.blocks, plan.blocks):
         assert block.w1.shape == (p.n_mid, p.n_in) and block.w2.shape == (p.n_out, p.n_mid)
         assert tuple(block.bias1.shape[1:]) == p.resolution
-        assert tuple(block.conv.kernel.shape[1:]) == tuple(2 * h + 1 for h in p.half_taps)
+        # a resolution mask on the convolution's spectrum folds into the kernel: 2 R - 1 taps
+        filtered = [p.conv_mask is not None and p.conv_mask.shape[a] > 1
+                    for a in range(len(p.resolution))]
+        assert tuple(block.conv.kernel.shape[1:]) == tuple(
+            2 * r - 1 if f else 2 * h + 1 for r, h, f in zip(p.resolution, p.half_taps, filtered))
     assert static.decoder.weight.shape[1] == plan.stream
     lowered = lower(static, ["matmul"] * len(static.blocks))
     kinds = {type(m) for m in lowered.modules()}
