@@ -16,6 +16,7 @@ _EXPORTS = {
     "RunError": "rundir",
     "SchemaError": "architecture",
     "base_cost": "cost",
+    "compare_with_base": "architecture",
     "complexity_loss": "cost",
     "describe": "architecture",
     "load_run": "rundir",

@@ -202,6 +202,41 @@ def describe(model, epoch: int | None = None) -> Architecture:
     )
 
 
+def compare_with_base(arch: Architecture, depth: int, width: int) -> dict:
+    """How far the search went: the found architecture against the base CCNN_{D,H} (``depth``
+    D, ``width`` H; full resolution, global kernels), for summary.json, the quality tables and
+    the dashboard.
+
+    ``distance`` is one scalar: the mean, over four components, of |log2(found / base)| —
+    depth (blocks), width (per block, the mean of n_in, n_mid and n_out, against H), resolution
+    (per block, the share of the input's positions it computes at, against 1) and kernel (per
+    block, the share of the largest kernel's extent it spans, against 1); per-block terms are
+    averaged over the blocks. 0 is the base network itself; 1 means a factor of 2 per
+    component on average (e.g. half the resolution everywhere and nothing else changed: 0.25).
+    """
+    size = arch.input_size
+    largest = [s if s % 2 else s - 1 for s in size]  # the global kernel per axis
+    blocks = arch.blocks
+    widths = [(b.n_in + b.n_mid + b.n_out) / 3 for b in blocks]
+    resolution = [math.prod(b.resolution) / math.prod(size) for b in blocks]
+    kernel = [math.prod(b.kernel_size) / math.prod(largest) for b in blocks]
+
+    def mean_log(values: list[float], base: float) -> float:
+        return sum(abs(math.log2(v / base)) for v in values) / len(values) if values else 0.0
+
+    distance = (abs(math.log2(max(arch.depth, 1) / depth)) + mean_log(widths, width)
+                + mean_log(resolution, 1.0) + mean_log(kernel, 1.0)) / 4
+    all_widths = [w for b in blocks for w in (b.n_in, b.n_mid, b.n_out)]
+    return {
+        "depth": arch.depth, "base_depth": depth, "base_width": width,
+        "width_mean": round(sum(all_widths) / len(all_widths), 2) if all_widths else 0.0,
+        "width_range": [min(all_widths), max(all_widths)] if all_widths else [0, 0],
+        "resolution": [[r / s for r, s in zip(b.resolution, size)] for b in blocks],
+        "kernel_size": [list(b.kernel_size) for b in blocks],
+        "distance": round(distance, 4),
+    }
+
+
 # the sizes set_masks replays and checks, per block (depth_weight is a mask value, not a size)
 _BLOCK_SIZES = ("index", "kernel_size", "resolution", "kernel_taps", "n_in", "n_mid", "n_out")
 

@@ -56,6 +56,11 @@ class SearchConfig:
     # 0.91-0.96 (GunPoint) and 0.78 (OSULeaf); with 5.0 it stays within a few % of 1
     # (benchmarks/results/search_quality.md). Adam normalises step sizes, so the gap is ~1/lambda.
     lam: float = _f(5.0, "lambda: weight of the complexity loss (C/C_target - 1)^2")
+    # The paper's §5 proposal: start low, increase. With lambda at full weight from step one the
+    # network is pinned to the base before the task loss has shaped any mask; a ramp lets the
+    # masks follow the task first, then the budget pulls the cost in.
+    lam_ramp: float = _f(0.0, "share of the training steps over which lambda grows linearly "
+                         "from 0 to --lam (0: --lam from the first step)")
     # The loss keeps the cost near the budget, but a discrete step (a block or a resolution
     # step entering late, when the learning rate is small) can leave an epoch's network over it.
     budget_tolerance: float = _f(
@@ -118,6 +123,7 @@ class SearchConfig:
             (self.depth >= 1 and self.width >= 1, "--depth and --width must be >= 1"),
             (self.lr > 0 and self.mask_lr >= 0, "--lr must be > 0 and --mask-lr >= 0"),
             (self.lam >= 0, f"--lam must be >= 0, got {self.lam}"),
+            (0 <= self.lam_ramp <= 1, f"--lam-ramp must be in [0, 1], got {self.lam_ramp}"),
             (self.budget_tolerance >= 0, f"--budget-tolerance must be >= 0, "
              f"got {self.budget_tolerance}"),
             (0 <= self.dropout < 1, f"--dropout must be in [0, 1), got {self.dropout}"),

@@ -22,7 +22,15 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from dnarch_deploy import DNArch, ModelConfig, base_cost, complexity_loss, describe, model_cost
+from dnarch_deploy import (
+    DNArch,
+    ModelConfig,
+    base_cost,
+    compare_with_base,
+    complexity_loss,
+    describe,
+    model_cost,
+)
 from dnarch_deploy import rundir as R
 from dnarch_deploy.cost import architecture_cost, architecture_params
 
@@ -187,6 +195,13 @@ def _is_better(value: float, loss: float, fits: bool, best: tuple | None, higher
     return loss <= b_loss
 
 
+def complexity_weight(cfg: SearchConfig, step: int, steps: int) -> float:
+    """lambda at this step: --lam, reached linearly over the first --lam-ramp share of the
+    steps (paper §5: start low, increase)."""
+    ramp = cfg.lam_ramp * steps
+    return cfg.lam if step >= ramp else cfg.lam * step / ramp
+
+
 def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
           restarts: list[dict] | None = None) -> dict:
     """Run (or continue) the search; returns the summary. Only rank 0 writes files. ``restarts``
@@ -269,7 +284,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             loss_obj = objective(model, out, y)
             cost = model_cost(model, plan)["total"]
             ratio, loss_comp = cost / target, complexity_loss(cost, target)
-            loss = loss_obj + cfg.lam * loss_comp
+            loss = loss_obj + complexity_weight(cfg, step, length.steps) * loss_comp
             if not torch.isfinite(loss):
                 raise TrainingDiverged(
                     f"loss became {float(loss)} at epoch {epoch}, step {step} "
@@ -372,6 +387,7 @@ def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: f
         "macs": architecture_cost(arch), "wall_seconds": wall, "steps": length.steps,
         "restarts": restarts,
         "higher_is_better": task.higher_is_better,
+        "vs_base": compare_with_base(arch, model.config.depth, model.config.width),
     }
     append_jsonl(run_dir / R.METRICS, {"step": None, "epoch": best_epoch, "split": "test",
                                        "loss": test_loss, task.metric_name: test_metric,

@@ -3,12 +3,14 @@ SchemaError that names the file and the field."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 
 import pytest
 import torch
 
-from dnarch_deploy import Architecture, SchemaError, describe, set_masks
+from dnarch_deploy import Architecture, SchemaError, compare_with_base, describe, set_masks
 from dnarch_deploy.architecture import VERSION
 
 from .helpers import set_mask_state, tiny_model
@@ -203,3 +205,28 @@ def test_set_masks_needs_the_learned_mask():
     set_mask_state(narrow, "min", 0)
     with pytest.raises(ValueError, match="learn='none'"):
         set_masks(tiny_model(0, input_size=(16,), learn="none"), describe(narrow))
+
+
+def test_compare_with_base_is_zero_for_the_base_and_follows_its_definition():
+    """distance = mean over depth, width, resolution and kernel of |log2(found / base)|."""
+    model = tiny_model(1, input_size=(16,), learn="none")
+    c = model.config
+    base = compare_with_base(describe(model), c.depth, c.width)
+    assert base["distance"] == 0.0 and base["depth"] == base["base_depth"] == c.depth
+    assert base["width_range"] == [c.width, c.width] and base["resolution"] == [[1.0]] * c.depth
+    # half the resolution in every block and twice the depth, nothing else: (1 + 0 + 1 + 0) / 4
+    arch = describe(model)
+    block = arch.blocks[0]
+    arch.blocks = [dataclasses.replace(block, index=i, resolution=[8]) for i in range(2 * c.depth)]
+    arch.depth = 2 * c.depth
+    far = compare_with_base(arch, c.depth, c.width)
+    assert far["distance"] == 0.5 and far["resolution"] == [[0.5]] * (2 * c.depth)
+    # a kernel spanning a third of the largest (15 taps at S = 16), one block at half width
+    arch = describe(model)
+    arch.blocks = [dataclasses.replace(arch.blocks[0], kernel_size=[5], n_in=c.width // 2,
+                                       n_mid=c.width // 2, n_out=c.width // 2)]
+    arch.depth = 1
+    got = compare_with_base(arch, c.depth, c.width)
+    expected = (math.log2(c.depth) + 1 + 0 + math.log2(3)) / 4
+    assert got["distance"] == pytest.approx(expected, abs=1e-4)
+    assert got["kernel_size"] == [[5]] and got["width_range"] == [c.width // 2] * 2

@@ -155,9 +155,10 @@ def test_frequency_positions():
 def test_spectrum_positions_are_frequency_positions_on_a_padded_fft(n):
     """An FFT of the axis itself has the axis's own coordinates; zero-padded to 3 n, bin 3 j is
     at input bin j's frequency and coordinate; a complex FFT's bin k and n_fft - k share one."""
-    torch.testing.assert_close(spectrum_positions(n, n, dtype=F64), frequency_positions(n, dtype=F64))
+    expected = frequency_positions(n, dtype=F64)
+    torch.testing.assert_close(spectrum_positions(n, n, dtype=F64), expected)
     padded = spectrum_positions(3 * n, n, dtype=F64)
-    torch.testing.assert_close(padded[::3], frequency_positions(n, dtype=F64))
+    torch.testing.assert_close(padded[::3], expected)
     full = spectrum_positions(3 * n, n, onesided=False, dtype=F64)
     assert full.shape == (3 * n,)
     torch.testing.assert_close(full[1:], full[1:].flip(0))

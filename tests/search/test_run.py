@@ -16,7 +16,7 @@ from dnarch_deploy import Architecture, ModelConfig
 from dnarch_deploy import rundir as R
 from dnarch_deploy.cost import architecture_cost
 from search.config import SearchConfig, build_parser, parse_args
-from search.train import _is_better
+from search.train import _is_better, complexity_weight
 
 from .conftest import TINY, run_search
 
@@ -254,3 +254,17 @@ def test_a_stalled_run_restarts_once_from_a_new_initialisation(tmp_path):
     never = tmp_path / "never"
     proc = run_search(*args, "--restarts", "0", "--out", str(never))
     assert "restarting" not in proc.stderr and R.read_summary(never)["restarts"] == []
+
+
+def test_lambda_ramps_linearly_to_its_value():
+    cfg = SearchConfig(lam=4.0, lam_ramp=0.25)
+    assert [complexity_weight(cfg, s, 100) for s in (0, 5, 10, 25, 99)] == [0.0, 0.8, 1.6, 4.0, 4.0]
+    assert complexity_weight(SearchConfig(lam=4.0), 0, 100) == 4.0  # no ramp: from step one
+
+
+def test_summary_says_how_far_the_search_went(tiny_run):
+    vs = R.read_summary(tiny_run)["vs_base"]
+    arch = R.read_architecture(tiny_run)
+    assert vs["depth"] == arch.depth and vs["base_depth"] == 1
+    assert len(vs["resolution"]) == len(vs["kernel_size"]) == arch.depth
+    assert vs["distance"] >= 0
