@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
@@ -38,9 +39,11 @@ if str(ROOT) not in sys.path:  # `python benchmarks/search_quality.py` from the 
 from search.config import parse_args  # noqa: E402  (no torch import: cheap)
 
 RESULTS = ROOT / "benchmarks" / "results" / "search_quality.md"
-VARIANTS = {"CCNN (base)": "none", "DNArch(K)": "K", "DNArch(K,R)": "KR",
-            "DNArch(K,R,W,D)": "KRWD"}
-BASE, FULL = "CCNN (base)", "DNArch(K,R,W,D)"
+# variant -> (--learn, more flags); "λ=0" is the paper's §3.1 setting: no budget at all
+VARIANTS = {"CCNN (base)": ("none", ()), "DNArch(K)": ("K", ()), "DNArch(K,R)": ("KR", ()),
+            "DNArch(K,R) λ=0": ("KR", ("--lam", "0")), "DNArch(K,R,W,D)": ("KRWD", ()),
+            "DNArch(K,R,W,D) ramp": ("KRWD", ("--lam-ramp", "0.3"))}
+BASE, FULL, FREE, KONLY = "CCNN (base)", "DNArch(K,R,W,D)", "DNArch(K,R) λ=0", "DNArch(K)"
 COMMON = ["--depth", "4", "--width", "32"]  # the base CCNN_{4,32} (the paper: CCNN_{4,140})
 # flags that may differ between a saved run and this script without changing what it computed
 IGNORED = {"out", "resume", "device", "eval_batch_size", "amp"}
@@ -65,8 +68,8 @@ def settings(data_dir: Path) -> dict[str, Setting]:
             "the official split; every flag at its `python -m search.run` default "
             "(see 'Defaults in effect')"),
         "ucr:OSULeaf": Setting(
-            "ucr:OSULeaf", ("--epochs", "20"),
-            "the official split; 20 epochs"),
+            "ucr:OSULeaf", ("--steps", "1000"),
+            "the official split; 1000 steps (80 epochs)"),
         "mnist5k": Setting(
             f"npz:{data_dir / MNIST_FILE}",
             ("--epochs", "40", "--batch-size", "32"),
@@ -133,16 +136,23 @@ def plan_runs(out: Path, table: dict[str, Setting], tasks: list[str], variants: 
         s = table[key]
         extra = [*s.flags, *more]
         if quick:
+            if "--steps" in extra:
+                i = extra.index("--steps")
+                extra = extra[:i] + extra[i + 2:]
             extra = _set_flag(extra, "--epochs", "2")
         # per seed, the base and DNArch(K,R,W,D) first: with two jobs they train side by side,
         # under the same load from other work, so their times compare
         order = sorted(variants, key=lambda v: (v not in (BASE, FULL), list(VARIANTS).index(v)))
         for seed in range(seeds):
             for variant in order:
-                learn = VARIANTS[variant]
+                learn, more_flags = VARIANTS[variant]
                 slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", key).strip("-")
-                flags = ["--task", s.task, "--learn", learn, "--seed", str(seed), *COMMON, *extra]
-                runs.append(Run(key, variant, seed, out / f"{slug}-{learn}-s{seed}", flags))
+                flags = ["--task", s.task, "--learn", learn, "--seed", str(seed), *COMMON,
+                         *more_flags, *extra]
+                tag = "".join(f"-{f.lstrip('-').replace('-', '')}{v}"
+                              for f, v in zip(more_flags[::2], more_flags[1::2]))
+                name = f"{slug}-{learn}{tag}-s{seed}"
+                runs.append(Run(key, variant, seed, out / name, flags))
     return runs
 
 
@@ -201,6 +211,13 @@ def trajectory(run_dir: Path) -> float:
     return max(abs(v - 1.0) for v in late)
 
 
+def lowest_resolution(summary: dict) -> float:
+    """The smallest share of the input's positions any block of the found network computes at
+    (1.0: every block at full resolution)."""
+    shares = [math.prod(r) for r in summary["vs_base"]["resolution"]]
+    return min(shares, default=1.0)
+
+
 def describe_arch(run_dir: Path) -> str:
     """One line: depth, stream width, and per block kernel size, resolution, widths."""
     a = json.loads((run_dir / "architecture.json").read_text())
@@ -252,10 +269,11 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
 
     lines = [
         "| task | model | test metric (mean ± std) | complexity ratio | max \\|ratio − 1\\| "
-        "after 10% | params | MMACs | train s |",
-        "|---|---|---|---|---|---|---|---|",
+        "after 10% | distance from base | lowest R | cropping runs | params | MMACs | train s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     verdicts, ratio_ok, early_ok, walls, archs = [], [], [], [], []
+    free_lines, crop_tasks, wide_wins = [], [], []
     for key in args.tasks:
         means = {}
         for variant in args.variants:
@@ -263,28 +281,47 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
             done = [r for r in mine if r.run_dir in results]
             lost = [r for r in mine if r.run_dir in failed]
             if not done:
-                lines.append(f"| {key} | {variant} | failed | | | | | |")
+                lines.append(f"| {key} | {variant} | failed |" + " |" * 10)
                 continue
             rs = [results[r.run_dir] for r in done]
             metric = [s["test_metric"] for s in rs]
-            means[variant] = (statistics.mean(metric), rs[0]["higher_is_better"], rs[0])
-            dev = [trajectory(r.run_dir) for r in done]
             ratio = [s["complexity_ratio"] for s in rs]
+            means[variant] = (statistics.mean(metric), rs[0]["higher_is_better"], rs[0],
+                              statistics.stdev(metric) if len(metric) > 1 else None, ratio)
+            dev = [trajectory(r.run_dir) for r in done]
+            distance = [s["vs_base"]["distance"] for s in rs]
+            lowest = [lowest_resolution(s) for s in rs]
+            cropping = sum(v < 1.0 for v in lowest)
             note = f" ({len(lost)} failed)" if lost else ""
             lines.append(
                 f"| {key} | {variant} | {rs[0]['metric_name']} {fmt(metric)}{note} "
-                f"| {fmt(ratio)} | {fmt(dev)} | {fmt([s['params'] for s in rs], 0)} "
+                f"| {fmt(ratio)} | {fmt(dev)} | {fmt(distance, 2)} | {fmt(lowest, 2)} "
+                f"| {cropping} of {len(rs)} | {fmt([s['params'] for s in rs], 0)} "
                 f"| {fmt([s['macs'] / 1e6 for s in rs], 2)} "
                 f"| {fmt([s['wall_seconds'] for s in rs], 0)} |")
             if variant == FULL:
                 ratio_ok += [0.95 <= v <= 1.05 for v in ratio]
                 early_ok += [d <= 0.10 for d in dev]
-                archs.append(f"- {key} (seed {done[0].seed}): {describe_arch(done[0].run_dir)}")
+                if 2 * cropping > len(rs):
+                    crop_tasks.append(key)
+            if variant in (FULL, FREE):
+                archs.append(f"- {key}, {variant} (seed {done[0].seed}): "
+                             f"{describe_arch(done[0].run_dir)}")
         if BASE in means and FULL in means:
-            (b, higher, _), (f, _, summ) = means[BASE], means[FULL]
+            (b, higher, _, b_std, _), (f, _, summ, f_std, _) = means[BASE], means[FULL]
             better = f > b if higher else f < b
+            wide = b_std is not None and f_std is not None and abs(f - b) > max(b_std, f_std)
+            wide_wins += [key] if better and wide else []
             verdicts.append(f"{key} {'beats' if better else 'loses'} "
-                            f"({summ['metric_name']} {f:.3f} vs {b:.3f})")
+                            f"({summ['metric_name']} {f:.3f} vs {b:.3f}"
+                            f"{', by more than one std' if wide else ', inside one std'})")
+        if BASE in means and FREE in means and KONLY in means:
+            (b, higher, _, _, _), (f, _, summ, _, ratio) = means[BASE], means[FREE]
+            k_ratio = statistics.mean(means[KONLY][4])
+            free_lines.append(
+                f"{key}: cost {statistics.mean(ratio):.2f}x the base (DNArch(K) "
+                f"{k_ratio:.2f}x), {summ['metric_name']} {f:.3f} vs base {b:.3f} "
+                f"({'≥' if (f >= b if higher else f <= b) else '<'} base)")
             base_wall = statistics.mean(results[r.run_dir]["wall_seconds"] for r in runs
                                         if r.key == key and r.variant == BASE
                                         and r.run_dir in results)
@@ -295,7 +332,7 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
 
     command = " ".join(["python benchmarks/search_quality.py", *sys.argv[1:]])
     defaults = parse_args([])[0].to_dict()
-    shown = ("lam", "lr", "mask_lr", "weight_decay", "warmup", "dropout", "batch_size",
+    shown = ("lam", "lam_ramp", "lr", "mask_lr", "weight_decay", "warmup", "dropout", "batch_size",
              "steps", "epochs", "shift", "input_norm", "restarts", "omega_0", "tau_resolution",
              "tau_width", "tau_depth", "embed_dim")
     in_effect = ", ".join(f"{k} {defaults[k]}" for k in shown)
@@ -308,7 +345,10 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
         "Base CCNN (`--learn none`) against DNArch learning kernel sizes (K), + resolution (R), "
         "+ width and depth (W, D), all at the same budget (C_target = the base CCNN's cost), "
         "same settings, same seeds; each cell is the mean ± std over seeds of the run's "
-        "summary.json (test metric at the best validation epoch).",
+        "summary.json (test metric at the best validation epoch). DNArch(K,R) λ=0 is the "
+        "paper's §3.1 setting: resolution learned with no budget at all (`--lam 0`); "
+        "DNArch(K,R,W,D) ramp grows λ from 0 over the first 30% of the steps "
+        "(`--lam-ramp 0.3`, paper §5).",
         "",
         f"Command: `{command}`  ",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other work, "
@@ -341,10 +381,15 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
         "Columns: *complexity ratio* is C/C_target of the architecture at the best validation "
         "epoch (the one reported); *max |ratio − 1| after 10%* is the largest deviation over "
         "each epoch's mean of the training steps and each end-of-epoch value, leaving out the "
-        "epochs in the first 10% of training (paper fig. 7); *params* and *MMACs* are the "
-        "materialised network's (kernel network and masks gone); *train s* is the run's training "
-        "time (summary.json wall_seconds: training epochs, not validation, start-up or test), "
-        "on a machine shared with other jobs, so timings are noisy.",
+        "epochs in the first 10% of training (paper fig. 7); *distance from base* is "
+        "summary.json's `vs_base.distance` (docs/search.md: the mean over depth, width, "
+        "resolution and kernel of |log2(found / base)|, 0 for the base); *lowest R* is the "
+        "smallest share of the input's positions a block of the found network computes at; "
+        "*cropping runs* counts the seeds whose network crops resolution somewhere; *params* "
+        "and *MMACs* are the materialised network's (kernel network and masks gone); *train s* "
+        "is the run's training time (summary.json wall_seconds: training epochs, not "
+        "validation, start-up or test), on a machine shared with other jobs, so timings are "
+        "noisy.",
         "",
     ]
     targets = [
@@ -355,8 +400,12 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
         f"- DNArch(K,R,W,D) complexity ratio within ±10% after the first 10% of training: "
         f"{sum(early_ok)} of {len(early_ok)} runs.",
         f"- DNArch(K,R,W,D) beats the base CCNN (mean over seeds) on "
-        f"{sum('beats' in v for v in verdicts)} of {len(verdicts)} tasks: "
-        + "; ".join(verdicts) + ".",
+        f"{sum('beats' in v for v in verdicts)} of {len(verdicts)} tasks, by more than one "
+        f"std on {len(wide_wins)}: " + "; ".join(verdicts) + ".",
+        f"- DNArch(K,R,W,D) crops resolution in at least one block (in most seeds) on "
+        f"{len(crop_tasks)} of {len(verdicts)} tasks" + (f": {', '.join(crop_tasks)}"
+                                                         if crop_tasks else "") + ".",
+        "- DNArch(K,R) without a budget (λ = 0): " + ("; ".join(free_lines) or "not run") + ".",
         "- DNArch(K,R,W,D) training time / base CCNN training time (mean over seeds): "
         + ", ".join(walls) + ".",
     ]
