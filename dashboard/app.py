@@ -18,7 +18,7 @@ import streamlit as st
 
 from dashboard import data, figures
 from dnarch_deploy import rundir
-from dnarch_deploy.architecture import Architecture, SchemaError
+from dnarch_deploy.architecture import Architecture, SchemaError, compare_with_base
 
 VIEWS = ("Runs", "Architecture", "Evolution", "Training", "Deployment")
 MAX_COMPARE = 4
@@ -109,10 +109,18 @@ def architecture_view(run: Path, key: str, wide: bool) -> None:
         st.info("No architecture yet: the search has not finished its first epoch.")
         return
     st.caption(f"{what} · input {data.architecture_facts(arch)['input size']} · learn {arch.learn}")
-    a, b, c = st.columns(3)
+    a, b, c, d = st.columns(4)
     a.metric("stream width", arch.stream_width, help=f"maximum {arch.max_width}")
     b.metric("depth", arch.depth, help=f"maximum {arch.max_depth}")
     c.metric("input size", data.architecture_facts(arch)["input size"])
+    base = rundir.read_config(run)["model"]
+    vs = compare_with_base(arch, base["depth"], base["width"])
+    d.metric("distance from base", f"{vs['distance']:.2f}",
+             help=f"the base CCNN_{{{base['depth']},{base['width']}}} is 0: the mean over "
+                  "depth, width, resolution and kernel of |log2(found / base)| (README: how far "
+                  f"the search went). Widths {vs['width_range'][0]}-{vs['width_range'][1]}, "
+                  f"mean {vs['width_mean']:g} (base {base['width']}); depth {arch.depth} "
+                  f"(base {base['depth']}).")
     chart_grid([(figures.resolution_profile(arch), f"{key}-resolution"),
                 (figures.kernel_profile(arch), f"{key}-kernel"),
                 (figures.widths_figure(arch), f"{key}-widths"),

@@ -14,6 +14,7 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest, app_test
 
 from dnarch_deploy import rundir
+from dnarch_deploy.architecture import compare_with_base
 
 from .dashboard_runs import DAMAGED, DARCY, GUNPOINT, TRAINING
 
@@ -148,6 +149,9 @@ def test_architecture_1d(monkeypatch, runs_dir):
     assert metric(at, "stream width") == str(arch.stream_width)
     assert metric(at, "depth") == str(arch.depth)
     assert metric(at, "input size") == "150"
+    model = rundir.read_config(runs_dir / GUNPOINT)["model"]
+    vs = compare_with_base(arch, model["depth"], model["width"])
+    assert metric(at, "distance from base") == f"{vs['distance']:.2f}"
     figures = charts(at)
     resolution = trace(figures["Resolution across depth (dashed: input 150)"], "resolution L")
     assert decode(resolution["y"]) == [b.resolution[0] for b in arch.blocks]
