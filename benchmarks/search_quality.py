@@ -429,6 +429,8 @@ def main() -> int:
     parser.add_argument("--extra", default="", help="more search.run flags for every run, for "
                         "ablations (use another --out), e.g. --extra='--tau-width 50'")
     parser.add_argument("--results", default=str(RESULTS), help="markdown file to write")
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: the table from the runs already finished")
     args = parser.parse_args()
     if args.quick:
         args.seeds = 1
@@ -459,6 +461,8 @@ def main() -> int:
     results, failed = {}, {}
     with ThreadPoolExecutor(args.jobs) as pool, tqdm(total=len(runs), desc="runs",
                                                       disable=bool(os.environ.get("CI"))) as bar:
+        if args.report_only:  # runs not finished are left out of the table
+            runs = [r for r in runs if (r.run_dir / "summary.json").exists()]
         futures = {pool.submit(execute, run, session): run for run in runs}
         for future in as_completed(futures):
             run = futures[future]
