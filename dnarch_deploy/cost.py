@@ -234,6 +234,29 @@ def base_cost(config) -> float:
     return float(cost["total"])
 
 
+def cost_range(config) -> tuple[float, float]:
+    """(cheapest, dearest): the cost of the smallest and the largest network the search space of
+    ``config`` (its ``learn``) can materialise, every learned mask at the end of its clamping
+    range (appendix E); the cost is monotone in every mask, so no network lies outside. A budget
+    outside this range cannot be met."""
+    from .architecture import describe  # architecture imports this module's neighbours
+
+    model = DNArch(config)
+    costs = []
+    with torch.no_grad():
+        for end in (0, 1):
+            for name, p in model.named_parameters():
+                if name == "mask_sigma":
+                    for axis, k in enumerate(config.max_kernel):
+                        p[:, axis] = M.gaussian_sigma_range(k, config.threshold)[end]
+                elif name.startswith("mask_"):
+                    tau = {"mask_res": config.tau_resolution, "mask_width": config.tau_width,
+                           "mask_depth": config.tau_depth}[name]
+                    p.fill_(M.sigmoid_mu_range(tau)[end])
+            costs.append(architecture_cost(describe(model)))
+    return costs[0], costs[1]
+
+
 def complexity_loss(cost: Tensor, target: float) -> Tensor:
     """L_comp = (C / C_target - 1)^2 (§2.5)."""
     return (cost / target - 1.0) ** 2

@@ -85,10 +85,27 @@ def check_task(cfg: SearchConfig, task) -> None:
         if n == 0:
             raise UsageError(f"task {task.name}: the {part} split has no samples")
     try:
-        model_config(cfg, task)
+        mcfg = model_config(cfg, task)
     except ValueError as e:
         raise UsageError(f"task {task.name} with --width {cfg.width}, --depth {cfg.depth}: "
                          f"{e}") from None
+    check_budget(cfg, mcfg)
+
+
+def check_budget(cfg: SearchConfig, mcfg) -> None:
+    """A budget no network of the search space can meet: an error that states the range."""
+    from dnarch_deploy.cost import base_cost, cost_range
+
+    if mcfg.learn == "none":  # nothing is searched: the budget only labels the base
+        return
+    base = base_cost(mcfg)
+    low, high = (c / base for c in cost_range(mcfg))
+    if not low * (1 - 1e-9) <= cfg.budget <= high * (1 + 1e-9):
+        raise UsageError(
+            f"--budget {cfg.budget:g}: no network the search can reach costs that much; with "
+            f"--learn {mcfg.learn} on this task (CCNN_{{{mcfg.depth},{mcfg.width}}}, input "
+            f"{'x'.join(map(str, mcfg.input_size))}) budgets from {low:.3g} to {high:.3g} are "
+            f"reachable")
 
 
 def check_length(run_dir: Path, cfg: SearchConfig, task) -> None:

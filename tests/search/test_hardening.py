@@ -105,6 +105,35 @@ def test_flags_out_of_range_are_refused_before_any_work(capsys, tmp_path, args, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("learn, budget", [("KRWD", "0.001"), ("KRWD", "100"), ("K", "1.5")])
+def test_a_budget_outside_the_search_space_is_refused_with_the_range(capsys, tmp_path, learn,
+                                                                      budget):
+    """No network the masks can reach costs that much: the message gives the reachable range
+    (--learn K cannot grow past the base: its kernels start global)."""
+    out = tmp_path / "run"
+    code, err = search(capsys, *FAST, "--learn", learn, "--budget", budget, "--out", out)
+    assert code == 2
+    one_message(err, f"--budget {budget}", f"--learn {learn}", "budgets from", "reachable")
+    assert not out.exists()
+
+
+def test_reachable_costs_are_those_of_the_masks_extreme_networks():
+    """The largest DNArch(K) network is the base CCNN (global kernels); learning widths and depth
+    reaches 2D blocks of 2H channels, and below the base."""
+    from dnarch_deploy import ModelConfig, base_cost
+    from dnarch_deploy.cost import cost_range
+
+    config = ModelConfig(in_channels=1, out_channels=2, input_size=(150,), learn="K")
+    low, high = cost_range(config)
+    assert high == pytest.approx(base_cost(config), rel=1e-12) and low < high
+    full = ModelConfig(in_channels=1, out_channels=2, input_size=(150,), learn="KRWD")
+    low, high = cost_range(full)
+    wide = ModelConfig(in_channels=1, out_channels=2, input_size=(150,), learn="none",
+                       depth=2 * full.depth, width=2 * full.width)
+    assert high == pytest.approx(base_cost(wide), rel=1e-12)
+    assert low < 0.05 * base_cost(full)
+
+
 def test_no_validation_samples_is_refused_before_training(capsys, tmp_path):
     data = save_npz(tmp_path / "data.npz", [0, 1, 2, 3])  # one sample per class
     out = tmp_path / "run"
