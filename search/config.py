@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnarch_deploy.cli import add_fields
+from dnarch_deploy.cli import add_fields, given_flags
 from dnarch_deploy.model import MAX_DEPTH, MAX_WIDTH, ModelConfig, canonical_learn
 
 # The automatic training length (--steps 0): AUTO_EPOCHS passes over the training split, clipped
@@ -213,7 +213,4 @@ def parse_args(argv: list[str] | None = None) -> tuple[SearchConfig, set[str]]:
     """The config and the names of the flags the user actually gave (for resume checks)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    for action in parser._actions:  # a second pass without defaults: what was typed, even
-        action.default = argparse.SUPPRESS  # a value equal to the default
-    given = set(vars(parser.parse_args(argv)))
-    return SearchConfig(**vars(args)), given
+    return SearchConfig(**vars(args)), given_flags(parser, argv)

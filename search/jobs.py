@@ -38,6 +38,16 @@ class Run:
     flags: list[str]  # every search.run flag but --out / --resume
 
 
+def set_flag(flags: list[str], flag: str, value: str) -> list[str]:
+    """``flags`` with ``flag`` given ``value`` (replaced where present, else appended)."""
+    flags = list(flags)
+    if flag in flags:
+        flags[flags.index(flag) + 1] = value
+    else:
+        flags += [flag, value]
+    return flags
+
+
 def saved_differences(run: Run) -> list[str]:
     """The settings in which ``run.run_dir``'s config.json differs from ``run.flags`` (none when
     there is no config.json yet), as "name: saved X, wanted Y"."""
