@@ -122,7 +122,7 @@ def parse(argv: list[str] | None) -> tuple[SweepConfig, set[str], list[str]]:
     import argparse
 
     def build() -> argparse.ArgumentParser:
-        p = argparse.ArgumentParser(prog="python -m search.sweep",
+        p = argparse.ArgumentParser(prog="python -m search.sweep", allow_abbrev=False,
                                     description=__doc__.split("\n\n")[0],
                                     epilog="Other flags go to every python -m search.run.",
                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
