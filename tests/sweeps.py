@@ -43,7 +43,7 @@ def run_sweep(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    out = shared / "sweep"
+    out = shared / "sweeps" / "sweep"  # its parent holds nothing else: a dashboard's root
     with FileLock(str(shared / "sweep.lock")):
         if not (out / "pareto.json").exists():
             run_sweep(*SWEEP, "--out", out, "--resume")  # --resume: a crashed maker's leftovers
