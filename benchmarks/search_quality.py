@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/search_quality.py` from the 
     sys.path.insert(0, str(ROOT))
 
 from search.config import parse_args  # noqa: E402  (no torch import: cheap)
-from search.jobs import Run, execute  # noqa: E402
+from search.jobs import Run, execute, set_flag  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "search_quality.md"
 VARIANTS = {"CCNN (base)": "none", "DNArch(K)": "K", "DNArch(K,R)": "KR",
@@ -122,7 +122,7 @@ def plan_runs(out: Path, table: dict[str, Setting], tasks: list[str], variants: 
         s = table[key]
         extra = [*s.flags, *more]
         if quick:
-            extra = _set_flag(extra, "--epochs", "2")
+            extra = set_flag(extra, "--epochs", "2")
         # per seed, the base and DNArch(K,R,W,D) first: with two jobs they train side by side,
         # under the same load from other work, so their times compare
         order = sorted(variants, key=lambda v: (v not in (BASE, FULL), list(VARIANTS).index(v)))
@@ -133,15 +133,6 @@ def plan_runs(out: Path, table: dict[str, Setting], tasks: list[str], variants: 
                 flags = ["--task", s.task, "--learn", learn, "--seed", str(seed), *COMMON, *extra]
                 runs.append(Run(key, variant, seed, out / f"{slug}-{learn}-s{seed}", flags))
     return runs
-
-
-def _set_flag(flags: list[str], flag: str, value: str) -> list[str]:
-    flags = list(flags)
-    if flag in flags:
-        flags[flags.index(flag) + 1] = value
-    else:
-        flags += [flag, value]
-    return flags
 
 
 def trajectory(run_dir: Path) -> float:
