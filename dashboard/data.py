@@ -432,7 +432,7 @@ def find_sweeps(root: str | Path) -> list[Path]:
 
 def sweep_name(root: str | Path, sweep: Path) -> str:
     name = str(Path(sweep).relative_to(root))
-    return "." if name == "." else name
+    return Path(sweep).resolve().name if name == "." else name
 
 
 def pareto_frame(root: str | Path, sweep: Path) -> pd.DataFrame:
@@ -451,7 +451,7 @@ def pareto_frame(root: str | Path, sweep: Path) -> pd.DataFrame:
                      "test metric": row["test_metric"],
                      **{f"ms B={b}": row["ms"][b] for b in batches},
                      **{f"front B={b}": bool(row["pareto"][b]) for b in batches},
-                     "MACs": row["macs"], "params": row["params"],
+                     "MACs": round(row["macs"]), "params": row["params"],
                      "run": run_name(root, run) if inside else ""})
     return pd.DataFrame(rows)
 

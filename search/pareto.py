@@ -101,7 +101,7 @@ def draw(pareto: dict, path: Path) -> None:
         ax.set_ylabel(f"test {pareto['metric_name']}")
         ax.set_title(f"{pareto['task']}, batch {batch}")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp")
     fig.savefig(tmp, dpi=110, format="png")
