@@ -300,7 +300,7 @@ def run_all(runs: list[Run], plan: dict, jobs: int) -> tuple[dict, dict]:
             run = futures[future]
             try:
                 summaries[run.run_dir] = future.result()
-            except JobError as e:
+            except (JobError, OSError, ValueError) as e:  # ValueError: a damaged summary
                 failures[run.run_dir] = e
                 bar.write(f"FAILED {run.run_dir.name}: {e}")
             bar.update(1)

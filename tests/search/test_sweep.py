@@ -64,7 +64,9 @@ def test_sweep_writes_rows_marks_and_figure(sweep_dir: Path):
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
 
-def test_resume_reuses_finished_runs_and_exports(sweep_dir: Path, tmp_path: Path):
+def test_a_job_and_resume_reuse_finished_runs_and_exports(sweep_dir: Path, tmp_path: Path):
+    """A model whose export was lost: its job (a line of jobs.txt) exports it again without
+    training; then --resume, with the flags of sweep.json, reuses everything and measures."""
     out = tmp_path / "sweep"
     shutil.copytree(sweep_dir, out)
     runs = sorted((out / "runs").iterdir())
@@ -73,11 +75,12 @@ def test_resume_reuses_finished_runs_and_exports(sweep_dir: Path, tmp_path: Path
     kept_stamp = kept.stat().st_mtime_ns
     shutil.rmtree(runs[1] / "export")  # killed before this model's export
     (out / "pareto.json").unlink()
-    proc = run_sweep("--out", out, "--resume")  # the flags come from sweep.json
-    assert proc.returncode == 0
+    run_sweep("--out", out, "--job", runs[1].name)
+    assert (runs[1] / "export" / "model.onnx").is_file()
+    assert not (out / "pareto.json").exists()  # a job measures nothing
+    run_sweep("--out", out, "--resume")
     assert {r.name: (r / "summary.json").stat().st_mtime_ns for r in runs} == stamps
     assert kept.stat().st_mtime_ns == kept_stamp  # not exported again
-    assert (runs[1] / "export" / "model.onnx").is_file()
     assert len(read_pareto(out)["rows"]) == len(runs)
 
 
