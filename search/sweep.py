@@ -26,7 +26,7 @@ import shlex
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dnarch_deploy import rundir
@@ -53,9 +53,11 @@ class SweepConfig:
     seeds: int = 1  # seeds 0..N-1 of every search and every base point
     out: str = ""  # the sweep directory (required)
     learn: str = "KRWD"  # what the searches learn (search.run --learn)
-    # auto: the base width scaled by sqrt(budget) for each budget at the base depth, and the
-    # base width at half the depth (cost is about quadratic in width, linear in depth)
-    base_grid: str = "auto"  # the base CCNN family as WIDTHxDEPTH,... (e.g. 32x4,16x4,32x2)
+    # cost is about quadratic in the width and linear in the depth
+    base_grid: str = field(default="auto", metadata={"help": (
+        "the base CCNN family as WIDTHxDEPTH,... (e.g. 32x4,16x4,32x2); auto: the base width "
+        "times sqrt(budget) for each budget at the base depth, and the base width at half "
+        "the depth")})
     export_flags: str = ""  # more python -m export.onnx flags for every export, e.g. --no-tune
     batch: int = 32  # the large batch, measured beside batch 1
     threads: int = 1  # onnxruntime intra-op threads of the latency measurement
