@@ -21,7 +21,6 @@ import math
 import os
 import platform
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/search_quality.py` from the 
     sys.path.insert(0, str(ROOT))
 
 from search.config import parse_args  # noqa: E402  (no torch import: cheap)
+from search.jobs import Run, execute, set_flag  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "search_quality.md"
 # variant -> (--learn, more flags); "λ=0" is the paper's §3.1 setting: no budget at all
@@ -45,8 +45,6 @@ VARIANTS = {"CCNN (base)": ("none", ()), "DNArch(K)": ("K", ()), "DNArch(K,R)": 
             "DNArch(K,R,W,D) ramp": ("KRWD", ("--lam-ramp", "0.3"))}
 BASE, FULL, FREE, KONLY = "CCNN (base)", "DNArch(K,R,W,D)", "DNArch(K,R) λ=0", "DNArch(K)"
 COMMON = ["--depth", "4", "--width", "32"]  # the base CCNN_{4,32} (the paper: CCNN_{4,140})
-# flags that may differ between a saved run and this script without changing what it computed
-IGNORED = {"out", "resume", "device", "eval_batch_size", "amp"}
 EARLY = 0.1  # the complexity ratio must be within +-10% after this share of the steps (fig. 7)
 MNIST_FILE = "mnist5k-14px-1000.npz"  # the prepared subset, under OUT/data/
 
@@ -120,15 +118,6 @@ def generate(task: str, seeds: int) -> None:
             load_task(task, seed=seed)
 
 
-@dataclass
-class Run:
-    key: str  # task key of SETTINGS
-    variant: str
-    seed: int
-    run_dir: Path
-    flags: list[str]  # every search.run flag but --out / --resume
-
-
 def plan_runs(out: Path, table: dict[str, Setting], tasks: list[str], variants: list[str],
               seeds: int, quick: bool, more: list[str]) -> list[Run]:
     runs = []
@@ -139,7 +128,7 @@ def plan_runs(out: Path, table: dict[str, Setting], tasks: list[str], variants: 
             if "--steps" in extra:
                 i = extra.index("--steps")
                 extra = extra[:i] + extra[i + 2:]
-            extra = _set_flag(extra, "--epochs", "2")
+            extra = set_flag(extra, "--epochs", "2")
         # per seed, the base and DNArch(K,R,W,D) first: with two jobs they train side by side,
         # under the same load from other work, so their times compare
         order = sorted(variants, key=lambda v: (v not in (BASE, FULL), list(VARIANTS).index(v)))
@@ -154,51 +143,6 @@ def plan_runs(out: Path, table: dict[str, Setting], tasks: list[str], variants: 
                 name = f"{slug}-{learn}{tag}-s{seed}"
                 runs.append(Run(key, variant, seed, out / name, flags))
     return runs
-
-
-def _set_flag(flags: list[str], flag: str, value: str) -> list[str]:
-    flags = list(flags)
-    if flag in flags:
-        flags[flags.index(flag) + 1] = value
-    else:
-        flags += [flag, value]
-    return flags
-
-
-def check_saved(run: Run) -> None:
-    """A run directory left by another configuration is an error, never silently reused."""
-    path = run.run_dir / "config.json"
-    if not path.exists():
-        return
-    saved = json.loads(path.read_text())["train"]
-    wanted = parse_args(run.flags)[0].to_dict()
-    diff = [k for k in wanted if k not in IGNORED and saved.get(k) != wanted[k]]
-    if diff:
-        raise RuntimeError(
-            f"{run.run_dir} was made with other settings ({', '.join(diff)}: saved "
-            f"{[saved.get(k) for k in diff]}, wanted {[wanted[k] for k in diff]}); "
-            "remove it or pass another --out")
-
-
-def execute(run: Run, timings: dict) -> dict:
-    """Run (or resume, or reuse) one search; returns its summary."""
-    summary = run.run_dir / "summary.json"
-    check_saved(run)
-    if not summary.exists():
-        cmd = [sys.executable, "-m", "search.run", *run.flags, "--out", str(run.run_dir)]
-        checkpoints = run.run_dir / "checkpoints"
-        if checkpoints.is_dir() and any(checkpoints.glob("epoch-*")):
-            cmd.append("--resume")
-        elif run.run_dir.exists():  # stopped before its first checkpoint: nothing to keep
-            shutil.rmtree(run.run_dir)
-        env = dict(os.environ, CI="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
-                               f"{proc.stderr[-2000:]}")
-        timings[run.run_dir.name] = timings.get(run.run_dir.name, 0.0) + time.perf_counter() - t0
-    return json.loads(summary.read_text())
 
 
 def trajectory(run_dir: Path) -> float:

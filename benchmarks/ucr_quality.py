@@ -37,7 +37,9 @@ for path in (ROOT, ROOT / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from search_quality import Run, code_state, describe_arch, execute, fmt  # noqa: E402
+from search_quality import code_state, describe_arch, fmt  # noqa: E402
+
+from search.jobs import Run, execute  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "ucr_quality.md"
 UCR = ["ucr:GunPoint", "ucr:ItalyPowerDemand", "ucr:ArrowHead", "ucr:OSULeaf", "ucr:ACSF1",

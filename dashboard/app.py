@@ -2,7 +2,8 @@
 
 The runs directory comes from ``--runs``, else the environment variable ``DNARCH_RUNS``, else
 ``runs/``. The app only reads files under it. Views (sidebar): Runs, Architecture, Evolution,
-Training, Deployment; one run, or up to four side by side.
+Training, Deployment; one run, or up to four side by side; Pareto: the accuracy-versus-latency
+front of a sweep (``python -m search.sweep``) found under the runs directory.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dashboard import data, figures
 from dnarch_deploy import rundir
 from dnarch_deploy.architecture import Architecture, SchemaError, compare_with_base
 
-VIEWS = ("Runs", "Architecture", "Evolution", "Training", "Deployment")
+VIEWS = ("Runs", "Pareto", "Architecture", "Evolution", "Training", "Deployment")
 MAX_COMPARE = 4
 REFRESH_SECONDS = 5
 
@@ -265,6 +266,54 @@ def deployment_view(run: Path, key: str, wide: bool) -> None:
     section("Artifacts", artifacts)
 
 
+def open_architecture(run: str) -> None:
+    """Show ``run`` in the Architecture view: a callback, so the sidebar's view and runs change
+    before the page is drawn again."""
+    st.session_state["view"] = "Architecture"
+    st.session_state["runs"] = [run]
+
+
+def pareto_view(root: Path) -> None:
+    sweeps = {data.sweep_name(root, s): s for s in data.find_sweeps(root)}
+    if not sweeps:
+        st.info(f"No sweep under `{root}` (a folder holding pareto.json). Make one with "
+                f"`python -m search.sweep --task ucr:GunPoint --out {root / 'sweep'}` "
+                f"and its front appears here.")
+        return
+    name = next(iter(sweeps))
+    if len(sweeps) > 1:
+        name = st.selectbox("Sweep", list(sweeps), key="sweep")
+    sweep = sweeps[name]
+    facts = data.pareto_facts(sweep)
+    frame = data.pareto_frame(root, sweep)
+    better = "higher" if facts["higher_is_better"] else "lower"
+    st.caption(f"`{name}` · {facts['task']} · {len(frame)} models · test {facts['metric_name']} "
+               f"({better} is better) against onnxruntime latency measured in one session, "
+               f"{facts['threads']} thread(s). Click a point to open its run's architecture.")
+    batches = [str(b) for b in facts["batches"]]
+    batch = st.radio("Batch", batches, horizontal=True, key="pareto-batch")
+
+    def on_select() -> None:
+        points = st.session_state["pareto-chart"].selection.points
+        runs = [p.get("customdata") for p in points if p.get("customdata")]
+        if runs:
+            open_architecture(runs[0])
+
+    st.plotly_chart(figures.pareto_figure(frame, batch, facts["metric_name"],
+                                          facts["higher_is_better"], facts["threads"]),
+                    key="pareto-chart", on_select=on_select, selection_mode="points",
+                    config={"displaylogo": False})
+    st.dataframe(frame, hide_index=True, key="pareto-table",
+                 column_config={"test metric": number("%.4f"), "MACs": number("localized"),
+                                **{f"ms B={b}": number("%.4f") for b in batches}})
+    runs = [r for r in frame["run"] if r]
+    if runs:
+        left, right = st.columns([3, 1])
+        left.selectbox("Model", runs, key="pareto-open")
+        right.button("Open its architecture", key="pareto-open-button",
+                     on_click=lambda: open_architecture(st.session_state["pareto-open"]))
+
+
 RUN_VIEWS: dict[str, Callable[[Path, str, bool], None]] = {
     "Architecture": architecture_view,
     "Evolution": evolution_view,
@@ -277,6 +326,14 @@ def page(view: str, root: Path, chosen: dict[str, Path]) -> None:
     st.header(view)
     if view == "Runs":
         runs_view(root, chosen)
+        return
+    if view == "Pareto":
+        try:
+            pareto_view(root)
+        except rundir.RefusedFile as e:
+            not_read(e)
+        except SchemaError as e:
+            st.error(f"Cannot show the sweep: {e}")
         return
     if not chosen:
         st.info("Pick a run in the sidebar.")
@@ -309,8 +366,12 @@ def main() -> None:
     view = st.sidebar.radio("View", VIEWS, key="view")
     table = data.runs_frame(root)
     finished = table.loc[table["status"] == "finished", "run"].tolist()
+    if "runs" not in st.session_state:  # the first page; later the widget's (or the Pareto
+        st.session_state["runs"] = (finished or list(runs))[:1]  # view's) choice is kept,
+    else:  # less any run gone since
+        st.session_state["runs"] = [r for r in st.session_state["runs"] if r in runs]
     names = st.sidebar.multiselect(
-        "Runs", list(runs), default=(finished or list(runs))[:1], max_selections=MAX_COMPARE,
+        "Runs", list(runs), max_selections=MAX_COMPARE,
         key="runs",
         help=f"Pick one run, or up to {MAX_COMPARE} to compare side by side.")
     chosen = {name: runs[name] for name in names}

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from dnarch_deploy import rundir
+from dnarch_deploy import rundir, sweepdir
 from dnarch_deploy.architecture import Architecture, SchemaError
 from dnarch_deploy.rundir import RefusedFile, RunError
 
@@ -408,3 +408,57 @@ def _format(value: Any) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return None if value is None else str(value)
+
+
+# --- sweeps (python -m search.sweep) --------------------------------------------------------------
+
+
+def find_sweeps(root: str | Path) -> list[Path]:
+    """Sweep directories (those holding pareto.json) at or under ``root``, as find_runs looks
+    for runs: not in hidden folders, not leading out of ``root``."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    real_root = root.resolve()
+    found = []
+    for path in root.rglob(sweepdir.PARETO):
+        sweep = path.parent
+        parts = sweep.relative_to(root).parts
+        if (sweep.resolve().is_relative_to(real_root) and len(parts) <= MAX_DEPTH
+                and not any(p.startswith(".") for p in parts) and rundir.EXPORT not in parts):
+            found.append(sweep)
+    return sorted(found, key=lambda p: str(p.relative_to(root)))
+
+
+def sweep_name(root: str | Path, sweep: Path) -> str:
+    name = str(Path(sweep).relative_to(root))
+    return Path(sweep).resolve().name if name == "." else name
+
+
+def pareto_frame(root: str | Path, sweep: Path) -> pd.DataFrame:
+    """pareto.json's rows: kind, label (budget or WIDTHxDEPTH), seed, test metric, ms and front
+    mark per batch (``ms B=1``, ``front B=1``, ...), MACs, params, and ``run``: the run's name
+    in the sidebar (relative to ``root``), empty when the run lies outside it."""
+    pareto = sweepdir.read_pareto(sweep)
+    batches = [str(b) for b in pareto["batches"]]
+    rows = []
+    for row in pareto["rows"]:
+        run = Path(sweep) / row["run_dir"]
+        inside = run.resolve().is_relative_to(Path(root).resolve())
+        label = (f"budget {row['budget']:g}" if row["kind"] == "search"
+                 else f"{row['width']}x{row['depth']}")
+        rows.append({"kind": row["kind"], "label": label, "seed": row["seed"],
+                     "test metric": row["test_metric"],
+                     **{f"ms B={b}": row["ms"][b] for b in batches},
+                     **{f"front B={b}": bool(row["pareto"][b]) for b in batches},
+                     "MACs": round(row["macs"]), "params": row["params"],
+                     "run": run_name(root, run) if inside else ""})
+    return pd.DataFrame(rows)
+
+
+def pareto_facts(sweep: Path) -> dict[str, Any]:
+    """What the Pareto view says above its figure: task, metric and its direction, batches,
+    threads."""
+    pareto = sweepdir.read_pareto(sweep)
+    return {k: pareto.get(k) for k in ("task", "metric_name", "higher_is_better", "batches",
+                                       "threads")}

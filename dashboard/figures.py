@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dnarch_deploy.architecture import Architecture
+from dnarch_deploy.sweepdir import pareto_front
 
 from .data import axis_names, blocks_frame
 
@@ -275,4 +276,42 @@ def runs_scatter(runs: pd.DataFrame) -> go.Figure:
                         row=1, col=j + 1)
         fig.update_yaxes(title_text=f"test {metric}", row=1, col=j + 1)
         fig.update_xaxes(title_text="complexity ratio (C / C_target)", row=1, col=j + 1)
+    return fig
+
+
+# --- sweeps ---------------------------------------------------------------------------------------
+
+KIND_COLOR = {"search": COLORS[0], "base": COLORS[1]}  # pareto.png's colours too
+KIND_NAME = {"search": "searched (budget)", "base": "base CCNN (width x depth)"}
+
+
+def pareto_figure(frame: pd.DataFrame, batch: str, metric: str, higher_is_better: bool = True,
+                  threads: int | None = None) -> go.Figure:
+    """A sweep's models: test metric against measured latency at one batch size (log axis);
+    searched networks and the base family in two colours, each family's own front a thin line
+    of its colour, the front over all models a dashed grey step line. Every point carries its
+    run's name (``customdata``) for selection."""
+    ms = f"ms B={batch}"
+    fig = go.Figure()
+    for kind, color in KIND_COLOR.items():
+        rows = frame[frame["kind"] == kind]
+        if rows.empty:
+            continue
+        fig.add_scatter(x=rows[ms], y=rows["test metric"], name=KIND_NAME[kind],
+                        mode="markers+text", text=rows["label"], textposition="top center",
+                        customdata=rows["run"], marker=dict(size=12, color=color),
+                        hovertemplate="%{text}<br>%{x:.4g} ms, " + metric
+                        + " %{y:.4g}<br>%{customdata}<extra></extra>")
+        own = rows[pareto_front(list(rows[ms]), list(rows["test metric"]), higher_is_better)]
+        own = own.sort_values(ms)
+        fig.add_scatter(x=own[ms], y=own["test metric"], name=f"{kind} front", mode="lines",
+                        line=dict(color=color, width=1, shape="hv"), hoverinfo="skip")
+    front = frame[frame[f"front B={batch}"]].sort_values(ms)
+    fig.add_scatter(x=front[ms], y=front["test metric"], name="Pareto front (all)",
+                    mode="lines", line=dict(color="#7f7f7f", dash="dash", shape="hv"),
+                    hoverinfo="skip")
+    where = f", {threads} thread(s)" if threads else ""
+    _layout(fig, f"Test {metric} vs onnxruntime latency, batch {batch}",
+            f"ms per batch of {batch} (log scale{where})", f"test {metric}", height=440)
+    fig.update_xaxes(type="log")
     return fig

@@ -2,6 +2,7 @@
 
     python -m dashboard.screenshots                  # make two small real runs first (minutes)
     python -m dashboard.screenshots --runs runs/ --one-d NAME --two-d NAME
+    python -m dashboard.screenshots --sweep runs/gp-front   # only the Pareto view of a sweep
 
 Without ``--runs`` it runs ``python -m search.run`` on ucr:GunPoint (1-D classification) and on
 darcy (2-D dense), exports both with ``python -m export.onnx``, then serves the dashboard on a free
@@ -66,6 +67,18 @@ def photograph(runs: Path, out: Path, one_d: str, two_d: str) -> list[Path]:
     return written
 
 
+def photograph_sweep(sweep: Path, out: Path) -> Path:
+    """pareto.png: the Pareto view of a sweep directory (python -m search.sweep)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "pareto.png"
+    with server.running(sweep) as url, browser.chromium_page(width=1400, height=900) as page:
+        browser.open_dashboard(page, url)
+        browser.choose_view(page, "Pareto")
+        browser.screenshot(page, str(path))
+    print(f"wrote {path}", flush=True)
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dashboard.screenshots",
                                      description=__doc__.split("\n\n")[0],
@@ -76,7 +89,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--two-d", default="darcy", help="the 2-D run's name under --runs")
     parser.add_argument("--out", type=Path, default=Path("docs/screenshots"),
                         help="folder for the PNG files")
+    parser.add_argument("--sweep", type=Path, default=None,
+                        help="photograph only the Pareto view of this sweep directory")
     args = parser.parse_args(argv)
+    if args.sweep is not None:
+        photograph_sweep(args.sweep, args.out)
+        return
     if args.runs is not None:
         photograph(args.runs, args.out, args.one_d, args.two_d)
         return

@@ -43,3 +43,11 @@ def field_help(cls: type) -> dict[str, str]:
     helps.update({f.name: f.metadata["help"] for f in dataclasses.fields(cls)
                   if "help" in f.metadata})
     return helps
+
+
+def given_flags(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The destinations of the flags typed in ``argv``, even those given their default value
+    (a second parse with every default suppressed; ``parser`` is spent afterwards)."""
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_known_args(argv)[0]))

@@ -172,23 +172,13 @@ def network_cost(
     }
 
 
-def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
-    """Differentiable cost of the architecture the masks describe (:func:`network_cost`).
-
-    Every size is straight-through: its value is what the plan materialises (whole blocks, whole
-    channels, the resolution and kernel taps actually used), its gradient is the continuous
-    size() of its mask (:func:`_soft_sizes`). So the loss prices exactly the network that runs
-    and is exported (``total`` == :func:`architecture_cost` of :func:`~dnarch_deploy.describe`),
-    while the masks still get smooth gradients. (With the continuous sizes as values, the
-    floor-like discrete counts left found networks up to 14% under the budget; a fractional last
-    block was paid for but not run.)
-
-    ``plan``: the step's plan, if already drawn (saves drawing it again). Returns ``{"total":
-    Tensor, "encoder": dict, "blocks": dict, "block_weights": Tensor, "decoder": dict}``; the
-    blocks' terms are (max_depth,) tensors, one entry per block (weighted by ``block_weights``).
-    """
+def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
+    """The straight-through sizes of the network the masks describe: each value is what the
+    plan materialises (whole blocks, whole channels, the resolution and kernel taps actually
+    used), each gradient the continuous size() of its mask (:func:`_soft_sizes`). Per block,
+    (max_depth,) tensors: ``n_in``, ``n_mid``, ``n_out``, ``resolution`` and ``taps`` (lists,
+    one per axis), ``weights`` (1 for a block that runs, else 0, in value); ``stream``."""
     c = model.config
-    length = float(math.prod(c.input_size))
     axes = len(c.input_size)
     if plan is None:
         with torch.no_grad():
@@ -204,21 +194,51 @@ def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
              for p in plan.blocks], dtype=soft.dtype, device=soft.device)
         hard_weights[ran] = 1.0
     sizes = _straight_through(soft, hard)
-    weights = _straight_through(soft_weights, hard_weights)
     columns = sizes.unbind(-1)
-    n_in, n_mid, n_out = columns[:3]
-    res_axes, kernel = columns[3 : 3 + axes], columns[3 + axes :]
-    # the stream is as wide as the widest channel a block in use reads or writes
-    stream = sizes[ran, 0:3:2].max() if c.learns("W") and ran else float(c.max_width)
+    res_axes, kernel = list(columns[3 : 3 + axes]), columns[3 + axes :]
+    return {
+        "n_in": columns[0], "n_mid": columns[1], "n_out": columns[2], "resolution": res_axes,
+        # a kernel spanning K input samples has K R / S taps at resolution R
+        "taps": [k * r / s for k, r, s in zip(kernel, res_axes, c.input_size)],
+        "weights": _straight_through(soft_weights, hard_weights),
+        # the stream is as wide as the widest channel a block in use reads or writes
+        "stream": sizes[ran, 0:3:2].max() if c.learns("W") and ran else float(c.max_width),
+    }
+
+
+def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
+    """Differentiable cost of the architecture the masks describe (:func:`network_cost`) at
+    :func:`model_sizes`, so the loss prices exactly the network that runs and is exported
+    (``total`` == :func:`architecture_cost` of :func:`~dnarch_deploy.describe`), while the masks
+    still get smooth gradients. (With the continuous sizes as values, the floor-like discrete
+    counts left found networks up to 14% under the budget; a fractional last block was paid for
+    but not run.)
+
+    ``plan``: the step's plan, if already drawn (saves drawing it again). Returns ``{"total":
+    Tensor, "encoder": dict, "blocks": dict, "block_weights": Tensor, "decoder": dict}``; the
+    blocks' terms are (max_depth,) tensors, one entry per block (weighted by ``block_weights``).
+    """
+    c = model.config
+    z = model_sizes(model, plan)
     # every block at once: each term is a (D,) tensor, so the step's graph does not grow with D
     return network_cost(
-        length=length, in_channels=c.in_channels, out_channels=c.out_channels, dense=c.dense,
-        stream=stream, resolution=math.prod(res_axes), n_in=n_in, n_mid=n_mid, n_out=n_out,
-        # a kernel spanning K input samples has K R / S taps at resolution R
-        fft_size=fft_length(res_axes, [k * r / s for k, r, s in zip(kernel, res_axes,
-                                                                    c.input_size)]),
-        block_weights=weights,
+        length=float(math.prod(c.input_size)), in_channels=c.in_channels,
+        out_channels=c.out_channels, dense=c.dense, stream=z["stream"],
+        resolution=math.prod(z["resolution"]), n_in=z["n_in"], n_mid=z["n_mid"],
+        n_out=z["n_out"], fft_size=fft_length(z["resolution"], z["taps"]),
+        block_weights=z["weights"],
     )
+
+
+def model_params(model: DNArch, plan: Plan | None = None) -> Tensor:
+    """Differentiable parameter count of the deployed network the masks describe
+    (:func:`network_params` at :func:`model_sizes`): in value
+    :func:`architecture_params` of :func:`~dnarch_deploy.describe`."""
+    c = model.config
+    z = model_sizes(model, plan)
+    return network_params(in_channels=c.in_channels, out_channels=c.out_channels,
+                          stream=z["stream"], n_in=z["n_in"], n_mid=z["n_mid"], n_out=z["n_out"],
+                          taps=math.prod(z["taps"]), block_weights=z["weights"])
 
 
 def base_cost(config) -> float:
@@ -299,13 +319,34 @@ def layer_costs(arch) -> dict[str, float]:
     }
 
 
+def network_params(*, in_channels: int, out_channels: int, stream: Size, n_in: Tensor,
+                   n_mid: Tensor, n_out: Tensor, taps: Tensor,
+                   block_weights: Tensor | None = None) -> Size:
+    """Parameters of a deployed (materialised) network from its sizes: sampled kernels (``taps``:
+    per block, the product over the axes), folded norms and pointwise layers; the kernel network
+    and masks are gone after export. Block arguments are (D,) tensors, weighted by
+    ``block_weights`` (default 1)."""
+    blocks = n_in * taps + n_in + n_in * n_mid + n_mid + n_mid * n_out + n_out
+    if block_weights is not None:
+        blocks = blocks * block_weights
+    encoder = in_channels * stream + stream  # norm folded
+    return encoder + blocks.sum() + stream * out_channels + out_channels
+
+
 def architecture_params(arch) -> int:
-    """Parameters of the deployed (materialised) network: sampled kernels, folded norms and
-    pointwise layers; the kernel network and masks are gone after export."""
-    stream = arch.stream_width
-    total = arch.in_channels * stream + stream  # encoder (norm folded)
-    for b in arch.blocks:
-        total += b.n_in * math.prod(b.kernel_taps) + b.n_in  # kernel and folded norm shift
-        total += b.n_in * b.n_mid + b.n_mid + b.n_mid * b.n_out + b.n_out
-    total += stream * arch.out_channels + arch.out_channels
-    return int(total)
+    """Parameters of the deployed network of a frozen architecture (:func:`network_params`)."""
+
+    def column(values) -> Tensor:
+        return torch.tensor([float(v) for v in values], dtype=torch.float64)
+
+    blocks = arch.blocks
+    return int(round(float(network_params(
+        in_channels=arch.in_channels, out_channels=arch.out_channels,
+        stream=float(arch.stream_width), n_in=column(b.n_in for b in blocks),
+        n_mid=column(b.n_mid for b in blocks), n_out=column(b.n_out for b in blocks),
+        taps=column(math.prod(b.kernel_taps) for b in blocks)))))
+
+
+def limit_loss(value: Tensor, limit: float) -> Tensor:
+    """relu(value / limit - 1)^2: a second constraint (paper §5), zero within the limit."""
+    return torch.relu(value / limit - 1.0) ** 2

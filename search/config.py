@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnarch_deploy.cli import add_fields
+from dnarch_deploy.cli import add_fields, given_flags
 from dnarch_deploy.model import MAX_DEPTH, MAX_WIDTH, ModelConfig, canonical_learn
 
 # The automatic training length (--steps 0): AUTO_EPOCHS passes over the training split, clipped
@@ -66,6 +66,10 @@ class SearchConfig:
     budget_tolerance: float = _f(
         0.05, "the result is the best validation epoch whose network costs at most (1 + this) x "
         "C_target; over-budget epochs count only until one within it is seen")
+    # The paper's §5 "multiple constraints": a limit (not a target) beside the budget.
+    max_params: int = _f(0, "a limit on the deployed network's parameters (0: none): a second "
+                         "complexity term lambda * relu(P / max_params - 1)^2 beside the "
+                         "budget's; the result must meet both")
     # --- optimisation (paper appendix E: AdamW, linear warm-up then cosine)
     # Length is counted in optimiser steps, so that a 40-sample set and a 4000-sample set both get
     # enough updates (see training_length); --epochs gives it in passes over the training split.
@@ -124,6 +128,8 @@ class SearchConfig:
             (self.lr > 0 and self.mask_lr >= 0, "--lr must be > 0 and --mask-lr >= 0"),
             (self.lam >= 0, f"--lam must be >= 0, got {self.lam}"),
             (0 <= self.lam_ramp <= 1, f"--lam-ramp must be in [0, 1], got {self.lam_ramp}"),
+            (self.max_params >= 0, f"--max-params must be >= 0 (0: no limit), "
+             f"got {self.max_params}"),
             (self.budget_tolerance >= 0, f"--budget-tolerance must be >= 0, "
              f"got {self.budget_tolerance}"),
             (0 <= self.dropout < 1, f"--dropout must be in [0, 1), got {self.dropout}"),
@@ -219,7 +225,4 @@ def parse_args(argv: list[str] | None = None) -> tuple[SearchConfig, set[str]]:
     """The config and the names of the flags the user actually gave (for resume checks)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    for action in parser._actions:  # a second pass without defaults: what was typed, even
-        action.default = argparse.SUPPRESS  # a value equal to the default
-    given = set(vars(parser.parse_args(argv)))
-    return SearchConfig(**vars(args)), given
+    return SearchConfig(**vars(args)), given_flags(parser, argv)

@@ -32,7 +32,7 @@ from dnarch_deploy import (
     model_cost,
 )
 from dnarch_deploy import rundir as R
-from dnarch_deploy.cost import architecture_cost, architecture_params
+from dnarch_deploy.cost import architecture_cost, architecture_params, limit_loss, model_params
 
 from . import checkpoint, distributed
 from .augment import random_shift
@@ -180,6 +180,11 @@ def complexity_ratio(model: DNArch, target: float) -> float:
     return float(model_cost(model)["total"]) / target
 
 
+def within_params(arch, cfg: SearchConfig) -> bool:
+    """--max-params met by a round's network (always, without a limit)."""
+    return not cfg.max_params or architecture_params(arch) <= cfg.max_params
+
+
 def _is_better(value: float, loss: float, fits: bool, best: tuple | None, higher: bool) -> bool:
     """Is this round the new result? ``best`` is the result so far as (metric, loss, fits). A
     round whose network fits the budget beats one that does not; then the better validation
@@ -284,6 +289,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             loss_obj = objective(model, out, y)
             cost = model_cost(model, plan)["total"]
             ratio, loss_comp = cost / target, complexity_loss(cost, target)
+            if cfg.max_params:  # the second constraint, its own term beside the budget's
+                loss_comp = loss_comp + limit_loss(model_params(model, plan), cfg.max_params)
             loss = loss_obj + complexity_weight(cfg, step, length.steps) * loss_comp
             if not torch.isfinite(loss):
                 raise TrainingDiverged(
@@ -326,7 +333,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
                  "loss_obj": val_loss, "complexity_ratio": ratio_now, task.metric_name: metric,
                  "metric": metric, "seconds": wall},
             ]
-            fits = ratio_now <= 1.0 + cfg.budget_tolerance
+            fits = ratio_now <= 1.0 + cfg.budget_tolerance and within_params(arch, cfg)
             if _is_better(metric, val_loss, fits, best, higher):
                 best, best_epoch = (metric, val_loss, fits), epoch
                 checkpoint.save_weights(model, run_dir / R.BEST_WEIGHTS)
@@ -381,7 +388,7 @@ def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: f
         "task": cfg.task, "learn": model.config.learn, "metric_name": task.metric_name,
         "test_metric": test_metric, "test_loss": test_loss, "best_epoch": best_epoch,
         "complexity_ratio": ratio, "budget": cfg.budget, "target_macs": target,
-        "within_budget": within_budget,
+        "within_budget": within_budget, "max_params": cfg.max_params,
         "params": architecture_params(arch), "search_params": sum(
             p.numel() for p in model.parameters()),
         "macs": architecture_cost(arch), "wall_seconds": wall, "steps": length.steps,

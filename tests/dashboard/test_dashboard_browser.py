@@ -80,3 +80,27 @@ def test_a_training_run_refreshes_itself(runs_dir, tmp_path):
             f.write(json.dumps(row) + "\n")
         expect(status).to_contain_text(f"epoch {row['epoch']}, step {row['step']}.",
                                        timeout=30_000)
+
+
+def test_pareto_point_click_opens_its_architecture(sweep_dir, tmp_path):
+    """The Pareto view in Chromium: both families drawn; a click on the base point opens that
+    run in the Architecture view."""
+    from playwright.sync_api import expect
+
+    with server.running(sweep_dir.parent, log=tmp_path / "server.log") as url, \
+            browser.chromium_page() as page:
+        browser.open_dashboard(page, url)
+        browser.choose_view(page, "Pareto")
+        chart = page.get_by_test_id("stPlotlyChart").first
+        expect(chart).to_contain_text("Test accuracy vs onnxruntime latency, batch 1")
+        expect(chart).to_contain_text("base CCNN (width x depth)")
+        png = tmp_path / "pareto.png"
+        browser.screenshot(page, str(png))
+        assert not_blank(png) > 5.0
+        base = chart.locator(".scatterlayer .trace").nth(2).locator("path.point")  # 3rd trace
+        expect(base).to_have_count(1)
+        base.click(force=True)
+        page.get_by_role("heading", name="Architecture", exact=True).wait_for()
+        browser.wait_idle(page, rerun=True)
+        assert browser.chosen_runs(page) == ["sweep/runs/base-w4-d1-s0"]
+        expect(page.get_by_text("Kernel extents over the input", exact=True)).to_be_visible()

@@ -10,7 +10,13 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dnarch_deploy import base_cost, complexity_loss, describe, model_cost, spectral
 from dnarch_deploy import masks as M
-from dnarch_deploy.cost import architecture_cost, fft_length
+from dnarch_deploy.cost import (
+    architecture_cost,
+    architecture_params,
+    fft_length,
+    limit_loss,
+    model_params,
+)
 
 from .helpers import set_mask_state, tiny_config, tiny_model
 
@@ -227,3 +233,34 @@ def test_depth_cost_is_straight_through():
         assert rest == pytest.approx(
             float(sum(cost["encoder"].values()) + sum(cost["decoder"].values())), rel=1e-9
         )
+
+
+# --- the second constraint: parameters (--max-params) ---------------------------------------------
+
+
+@pytest.mark.parametrize("state", ["init", "random", "min"])
+@pytest.mark.parametrize("learn", LEARN)
+@pytest.mark.parametrize("case", CONFIGS.values(), ids=CONFIGS.keys())
+def test_the_params_term_counts_the_network_it_describes(case, learn, state):
+    """model_params' value == architecture_params of the frozen architecture (the deployed
+    network's count), as the cost's value is architecture_cost."""
+    for seed in range(2):
+        model = tiny_model(seed, learn=learn, **case)
+        set_mask_state(model, state, seed)
+        with torch.no_grad():
+            counted = float(model_params(model))
+        assert counted == pytest.approx(architecture_params(describe(model)), rel=1e-9)
+
+
+def test_params_gradient_reaches_width_kernel_resolution_and_depth_masks():
+    model = tiny_model(0, input_size=(9, 12))
+    set_mask_state(model, "random", 1)
+    model_params(model).backward()
+    for name in ("mask_width", "mask_sigma", "mask_res", "mask_depth"):
+        grad = getattr(model, name).grad
+        assert grad is not None and bool(grad.abs().sum() > 0), name
+
+
+def test_limit_loss_is_zero_within_the_limit_and_quadratic_over_it():
+    values = torch.tensor([50.0, 100.0, 150.0, 300.0])
+    torch.testing.assert_close(limit_loss(values, 100.0), torch.tensor([0.0, 0.0, 0.25, 4.0]))

@@ -14,8 +14,9 @@ from safetensors.torch import load_file
 
 from dnarch_deploy import Architecture, ModelConfig
 from dnarch_deploy import rundir as R
-from dnarch_deploy.cost import architecture_cost
+from dnarch_deploy.cost import architecture_cost, architecture_params
 from search.config import SearchConfig, build_parser, parse_args
+from search.jobs import set_flag
 from search.train import _is_better, complexity_weight
 
 from .conftest import TINY, run_search
@@ -268,3 +269,16 @@ def test_summary_says_how_far_the_search_went(tiny_run):
     assert vs["depth"] == arch.depth and vs["base_depth"] == 1
     assert len(vs["resolution"]) == len(vs["kernel_size"]) == arch.depth
     assert vs["distance"] >= 0
+
+
+def test_max_params_is_a_second_constraint_the_result_meets(tmp_path):
+    """--max-params below the starting network's count: the search shrinks it under the limit
+    (a term beside the budget's), the result meets it, summary.json says so."""
+    out = tmp_path / "limited"
+    run_search(*set_flag(TINY, "--epochs", "12"), "--max-params", "400", "--out", str(out))
+    first = R.read_architectures(out)[0]
+    assert architecture_params(first) > 400  # the limit was not met at the start
+    summary = R.read_summary(out)
+    assert summary["max_params"] == 400 and summary["within_budget"] is True
+    assert summary["params"] <= 400
+    assert summary["params"] == architecture_params(R.read_architecture(out))

@@ -1,0 +1,103 @@
+"""One search as a job: a real ``python -m search.run`` process into its own run directory, run,
+resumed or reused; the benchmarks and ``python -m search.sweep`` drive searches through it.
+
+A finished run directory (summary.json) is reused, an interrupted one resumed from its last
+checkpoint, one stopped before its first checkpoint started again; a run directory made with
+other settings is an error, never silently reused. Each process runs with one thread (several
+run side by side) and CI=1 (no progress bars in its output).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import parse_args
+
+ROOT = Path(__file__).resolve().parent.parent  # the code the processes load
+# flags that may differ between a saved run and the job without changing what it computed
+IGNORED = {"out", "resume", "device", "eval_batch_size", "amp"}
+
+
+class JobError(RuntimeError):
+    """A job's process failed, or its run directory was made with other settings."""
+
+
+@dataclass
+class Run:
+    key: str  # what the caller groups runs by (a task, a task key of a benchmark)
+    variant: str  # what the caller compares (a model family, a budget)
+    seed: int
+    run_dir: Path
+    flags: list[str]  # every search.run flag but --out / --resume
+
+
+def set_flag(flags: list[str], flag: str, value: str) -> list[str]:
+    """``flags`` with ``flag`` given ``value`` (replaced where present, else appended)."""
+    flags = list(flags)
+    if flag in flags:
+        flags[flags.index(flag) + 1] = value
+    else:
+        flags += [flag, value]
+    return flags
+
+
+def saved_differences(run: Run) -> list[str]:
+    """The settings in which ``run.run_dir``'s config.json differs from ``run.flags`` (none when
+    there is no config.json yet), as "name: saved X, wanted Y"."""
+    path = run.run_dir / "config.json"
+    if not path.exists():
+        return []
+    saved = json.loads(path.read_text())["train"]
+    wanted = parse_args(run.flags)[0].to_dict()
+    return [f"{k}: saved {saved.get(k)!r}, wanted {wanted[k]!r}" for k in wanted
+            if k not in IGNORED and saved.get(k) != wanted[k]]
+
+
+def check_saved(run: Run) -> None:
+    """A run directory left by another configuration is an error, never silently reused."""
+    diff = saved_differences(run)
+    if diff:
+        raise JobError(f"{run.run_dir} was made with other settings ({'; '.join(diff)}); "
+                       "remove it or pass another --out")
+
+
+def environment() -> dict[str, str]:
+    """A job process's environment: one thread, no progress bars, not a distributed rank."""
+    env = dict(os.environ, CI="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+def run_module(module: str, *args: str) -> float:
+    """``python -m module args`` in a process of its own; its seconds. Raises JobError with the
+    end of its output when it fails."""
+    cmd = [sys.executable, "-m", module, *args]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=environment(), cwd=ROOT)
+    if proc.returncode != 0:
+        raise JobError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return time.perf_counter() - t0
+
+
+def execute(run: Run, timings: dict) -> dict:
+    """Run (or resume, or reuse) one search; returns its summary. ``timings[run dir name]``
+    adds the seconds of the process, if one ran."""
+    summary = run.run_dir / "summary.json"
+    check_saved(run)
+    if not summary.exists():
+        args = [*run.flags, "--out", str(run.run_dir)]
+        checkpoints = run.run_dir / "checkpoints"
+        if checkpoints.is_dir() and any(checkpoints.glob("epoch-*")):
+            args.append("--resume")
+        elif run.run_dir.exists():  # stopped before its first checkpoint: nothing to keep
+            shutil.rmtree(run.run_dir)
+        seconds = run_module("search.run", *args)
+        timings[run.run_dir.name] = timings.get(run.run_dir.name, 0.0) + seconds
+    return json.loads(summary.read_text())

@@ -1,0 +1,412 @@
+"""`python -m search.sweep --task T --budgets 0.125,0.25,0.5,1 --seeds N --out DIR`: what accuracy
+each latency buys on a task, searched networks against the base CCNN made narrower or shallower.
+
+One search per budget and seed, and the base CCNN family (``--learn none`` on a grid of widths and
+depths), each a real ``python -m search.run`` into DIR/runs/ and exported by
+``python -m export.onnx``; then every export's onnxruntime latency, measured in one session at
+batch 1 and a large batch, models in turns (``python -m export.measure``); then DIR/pareto.json,
+a row per model with the Pareto-optimal rows marked, and DIR/pareto.png (search/pareto.py).
+
+Flags this command does not know go to every search (``--steps 200 --width 8``); ``--seed``,
+``--budget`` and ``--out`` are the sweep's to set. Everything is checked before any run starts:
+budgets, the task (loaded), the search flags, and an existing DIR (refused unless ``--resume``,
+which continues it: finished runs and exports are reused, stopped runs resumed; the flags given
+must agree with DIR/sweep.json, those left out are taken from it). ``--jobs N`` trains N models at
+a time in local processes; ``--emit-jobs`` writes a job array instead (DIR/jobs.txt, one command
+per model, and DIR/jobs.slurm for SLURM), after which ``--resume`` measures and writes the front.
+Errors a user can cause print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from dnarch_deploy import rundir
+from dnarch_deploy import sweepdir as S
+from dnarch_deploy.cli import add_fields, given_flags
+from dnarch_deploy.io import atomic_write_text
+
+from .jobs import JobError, Run, execute, run_module, saved_differences, set_flag
+
+# search.run flags the sweep sets for each model
+OWN = ("--seed", "--budget", "--out", "--resume", "--learn", "--task")
+# sweep.json fields that must agree on --resume (the others add or drop models, or re-measure)
+FIXED = ("task", "learn", "search_flags", "export_flags")
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit status 2, before any run starts."""
+
+
+@dataclass
+class SweepConfig:
+    task: str = "ucr:GunPoint"  # task name (`python -m search.tasks` lists them)
+    budgets: str = "0.125,0.25,0.5,1"  # the searches' budgets: multiples of the base cost, > 0
+    seeds: int = 1  # seeds 0..N-1 of every search and every base point
+    out: str = ""  # the sweep directory (required)
+    learn: str = "KRWD"  # what the searches learn (search.run --learn)
+    # cost is about quadratic in the width and linear in the depth
+    base_grid: str = field(default="auto", metadata={"help": (
+        "the base CCNN family as WIDTHxDEPTH,... (e.g. 32x4,16x4,32x2); auto: the base width "
+        "times sqrt(budget) for each budget at the base depth, and the base width at half "
+        "the depth")})
+    export_flags: str = ""  # more python -m export.onnx flags for every export, e.g. --no-tune
+    batch: int = 32  # the large batch, measured beside batch 1
+    threads: int = 1  # onnxruntime intra-op threads of the latency measurement
+    repeats: int = 20  # timed calls per model and batch size
+    jobs: int = 1  # models trained and exported at a time, in local processes (one thread each)
+    resume: bool = False  # continue DIR: reuse finished runs and exports, resume stopped runs
+    emit_jobs: bool = False  # write the job array DIR/jobs.txt and DIR/jobs.slurm, run nothing
+    job: str = ""  # run one model of DIR's plan (a line of jobs.txt: its run name) and stop
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model of the sweep: a search at a budget, or a base CCNN of a width and depth."""
+
+    kind: str  # "search" or "base"
+    budget: float | None
+    width: int
+    depth: int
+    seed: int
+
+    @property
+    def name(self) -> str:
+        if self.kind == "search":
+            return f"search-b{self.budget:g}-s{self.seed}"
+        return f"base-w{self.width}-d{self.depth}-s{self.seed}"
+
+
+# --- reading the command line ---------------------------------------------------------------------
+
+
+def parse_budgets(text: str) -> list[float]:
+    try:
+        budgets = [float(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        raise UsageError(f"--budgets {text!r}: expected comma-separated numbers, e.g. "
+                         "0.125,0.25,0.5,1") from None
+    if not budgets:
+        raise UsageError(f"--budgets {text!r} is empty: give at least one budget, e.g. 0.5")
+    bad = [b for b in budgets if not (math.isfinite(b) and b > 0)]
+    if bad:
+        raise UsageError(f"--budgets: every budget must be a positive number (a multiple of the "
+                         f"base cost), got {bad[0]:g} in {text!r}")
+    return sorted(set(budgets))
+
+
+def parse_grid(text: str, width: int, depth: int, budgets: list[float]) -> list[list[int]]:
+    """--base-grid as [[width, depth], ...]; ``auto`` as SweepConfig says."""
+    if text.strip() == "auto":
+        points = [(max(1, round(width * math.sqrt(min(b, 1.0)))), depth) for b in budgets]
+        points.append((width, max(1, depth // 2)))
+        return [list(p) for p in dict.fromkeys(points)]
+    points = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        w, sep, d = item.lower().partition("x")
+        if not (sep and w.isdigit() and d.isdigit() and int(w) > 0 and int(d) > 0):
+            raise UsageError(f"--base-grid: {item!r} is not WIDTHxDEPTH with positive integers "
+                             f"(e.g. 16x4)")
+        points.append((int(w), int(d)))
+    return [list(p) for p in dict.fromkeys(points)]
+
+
+def parse(argv: list[str] | None) -> tuple[SweepConfig, set[str], list[str]]:
+    """The sweep's configuration, the names of the flags typed, and the search flags."""
+    import argparse
+
+    def build() -> argparse.ArgumentParser:
+        p = argparse.ArgumentParser(prog="python -m search.sweep", allow_abbrev=False,
+                                    description=__doc__.split("\n\n")[0],
+                                    epilog="Other flags go to every python -m search.run.",
+                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        add_fields(p, SweepConfig)
+        return p
+
+    args, rest = build().parse_known_args(argv)
+    given = given_flags(build(), argv)
+    if rest:
+        given.add("search_flags")
+    return SweepConfig(**vars(args)), given, rest
+
+
+# --- the plan -------------------------------------------------------------------------------------
+
+
+def make_plan(cfg: SweepConfig, search_flags: list[str]) -> dict:
+    """sweep.json's content: everything the models and the measurement depend on."""
+    from .config import parse_args
+
+    for flag in search_flags:
+        if flag.split("=")[0] in OWN:
+            raise UsageError(f"{flag.split('=')[0]} is set by the sweep for each model; use "
+                             f"the sweep's own flags (--task, --learn, --budgets, --seeds, --out)")
+    budgets = parse_budgets(cfg.budgets)
+    for name in ("seeds", "jobs", "batch", "threads", "repeats"):
+        if getattr(cfg, name) < 1:
+            raise UsageError(f"--{name} must be >= 1, got {getattr(cfg, name)}")
+    base = _search_config(["--task", cfg.task, *search_flags], "search flags", parse_args)
+    grid = parse_grid(cfg.base_grid, base.width, base.depth, budgets)
+    return {"schema": S.PLAN_SCHEMA, "version": S.VERSION, "task": cfg.task, "learn": cfg.learn,
+            "budgets": budgets, "seeds": cfg.seeds, "base_grid": grid,
+            "search_flags": search_flags, "export_flags": shlex.split(cfg.export_flags),
+            "batch": cfg.batch, "threads": cfg.threads, "repeats": cfg.repeats}
+
+
+def models(plan: dict) -> list[Model]:
+    """Per seed: the searches by budget, then the base family."""
+    from .config import parse_args
+
+    base = parse_args(["--task", plan["task"], *plan["search_flags"]])[0]
+    out = []
+    for seed in range(plan["seeds"]):
+        out += [Model("search", b, base.width, base.depth, seed) for b in plan["budgets"]]
+        out += [Model("base", None, w, d, seed) for w, d in plan["base_grid"]]
+    return out
+
+
+def run_of(model: Model, plan: dict, sweep_dir: Path) -> Run:
+    """The search.run flags and run directory of a model."""
+    flags = ["--task", plan["task"], *plan["search_flags"], "--seed", str(model.seed)]
+    if model.kind == "search":
+        flags += ["--learn", plan["learn"], "--budget", f"{model.budget!r}"]
+    else:
+        flags = set_flag(set_flag(flags, "--width", str(model.width)), "--depth",
+                         str(model.depth)) + ["--learn", "none"]
+    return Run(plan["task"], model.kind, model.seed, sweep_dir / S.RUNS / model.name, flags)
+
+
+def _search_config(flags: list[str], what: str, parse_args):
+    """search.run's configuration from ``flags``, checked as search.run checks it."""
+    try:
+        cfg = parse_args(flags)[0]
+    except SystemExit:  # argparse printed what it did not understand
+        raise UsageError(f"{what} {shlex.join(flags)}: python -m search.run does not accept "
+                         "them (see above)") from None
+    try:
+        cfg.validate()
+        cfg.task_options()
+    except ValueError as e:
+        raise UsageError(f"{what}: {e}") from None
+    return cfg
+
+
+# --- checks before any run starts ---------------------------------------------------------------
+
+
+def check_out(cfg: SweepConfig, given: set[str], plan: dict) -> tuple[Path, dict]:
+    """DIR: new, or (--resume) a sweep whose fixed settings agree with the flags typed; the
+    plan to follow (the saved one with the flags typed applied)."""
+    if not cfg.out:
+        raise UsageError("--out is required: the sweep directory to write (or to --resume)")
+    out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a directory")
+    saved_path = out / S.PLAN
+    if not cfg.resume:
+        if out.exists() and any(out.iterdir()):
+            what = "a sweep" if saved_path.exists() else "not empty"
+            raise UsageError(f"--out {out} exists ({what}); pass --resume to continue it, or "
+                             "choose another --out (nothing was changed)")
+        return out, plan
+    if not saved_path.exists():
+        if out.exists() and any(out.iterdir()):
+            raise UsageError(f"--resume: {out} is not a sweep directory (no {S.PLAN}); "
+                             "nothing was changed")
+        return out, plan
+    try:
+        saved = rundir.read_json(saved_path, tuple(plan), within=out)
+    except rundir.RunError as e:
+        raise UsageError(f"--resume: {e}") from None
+    conflicts = [f"{_flag(k)} (saved {saved[k]!r}, given {plan[k]!r})" for k in FIXED
+                 if k in given and saved[k] != plan[k]]
+    if conflicts:
+        raise UsageError(f"--resume continues {out}, made with other settings: "
+                         f"{', '.join(conflicts)} (nothing was changed)")
+    merged = {**saved, **{k: plan[k] for k in plan if k in given}}
+    if "base_grid" in given:  # "auto" follows the saved search flags and the budgets
+        from .config import parse_args
+
+        base = parse_args(["--task", merged["task"], *merged["search_flags"]])[0]
+        merged["base_grid"] = parse_grid(cfg.base_grid, base.width, base.depth,
+                                         merged["budgets"])
+    return out, merged
+
+
+def _flag(key: str) -> str:
+    return "search flags" if key == "search_flags" else "--" + key.replace("_", "-")
+
+
+def check_task(plan: dict, runs: list[Run]) -> None:
+    """The task loads for every seed (generated data are made and cached here, once, before
+    processes start side by side) and every model fits it (search.run's own check)."""
+    from .config import parse_args
+    from .run import UsageError as RunUsageError
+    from .run import check_task as check_model
+    from .tasks import TaskError, load_task
+
+    loaded = {}
+    for run in runs:
+        cfg = _search_config(run.flags, f"model {run.run_dir.name}", parse_args)
+        if run.seed not in loaded:
+            try:
+                loaded[run.seed] = load_task(plan["task"], seed=run.seed, **cfg.task_options())
+            except TaskError as e:
+                raise UsageError(f"--task {plan['task']}: {e}") from None
+        try:
+            check_model(cfg, loaded[run.seed])
+        except RunUsageError as e:
+            raise UsageError(f"model {run.run_dir.name}: {e}") from None
+
+
+def check_runs(runs: list[Run]) -> None:
+    """Run directories already in DIR were made with the flags the plan gives them."""
+    for run in runs:
+        diff = saved_differences(run)
+        if diff:
+            raise UsageError(f"{run.run_dir} was made with other settings ({'; '.join(diff)}); "
+                             "remove it or choose another --out (nothing was changed)")
+
+
+# --- running --------------------------------------------------------------------------------------
+
+
+def train_and_export(run: Run, export_flags: list[str], timings: dict) -> dict:
+    """One model: its search (run, resumed or reused), then its export unless one is there.
+    Latency is measured later, for all models together (--no-bench here)."""
+    summary = execute(run, timings)
+    if not (run.run_dir / rundir.REPORT).exists():
+        seconds = run_module("export.onnx", str(run.run_dir), "--no-bench", *export_flags)
+        timings[run.run_dir.name] = timings.get(run.run_dir.name, 0.0) + seconds
+    return summary
+
+
+def run_all(runs: list[Run], plan: dict, jobs: int) -> tuple[dict, dict]:
+    """Every model, ``jobs`` at a time; (summaries, failures) by run directory."""
+    from tqdm import tqdm
+
+    summaries, failures, timings = {}, {}, {}
+    with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(runs), desc="models", unit="model",
+                                                 disable=bool(os.environ.get("CI"))) as bar:
+        futures = {pool.submit(train_and_export, run, plan["export_flags"], timings): run
+                   for run in runs}
+        for future in as_completed(futures):
+            run = futures[future]
+            try:
+                summaries[run.run_dir] = future.result()
+            except (JobError, OSError, ValueError) as e:  # ValueError: a damaged summary
+                failures[run.run_dir] = e
+                bar.write(f"FAILED {run.run_dir.name}: {e}")
+            bar.update(1)
+    return summaries, failures
+
+
+def measure(sweep_dir: Path, runs: list[Run], plan: dict) -> dict:
+    """Every export measured in one session (python -m export.measure): DIR/latency.json."""
+    path = sweep_dir / S.LATENCY
+    run_module("export.measure", *(str(r.run_dir) for r in runs), "--out", str(path),
+               "--batches", f"1,{plan['batch']}", "--threads", str(plan["threads"]),
+               "--repeats", str(plan["repeats"]))
+    return json.loads(path.read_text())
+
+
+def emit_jobs(sweep_dir: Path, runs: list[Run]) -> tuple[Path, Path]:
+    """DIR/jobs.txt (one command per model; each trains and exports it, resuming what a
+    killed job left) and DIR/jobs.slurm (a SLURM array running line i+1 as task i)."""
+    out = sweep_dir.resolve()
+    lines = [f"python -m search.sweep --out {shlex.quote(str(out))} --job {r.run_dir.name}"
+             for r in runs]
+    jobs = out / S.JOBS
+    atomic_write_text(jobs, "\n".join(lines) + "\n")
+    slurm = out / S.SLURM
+    atomic_write_text(slurm, "\n".join([
+        "#!/bin/bash",
+        "# One array task per model of the sweep: sbatch jobs.slurm (run where dnarch-deploy is",
+        "# installed; the sweep directory must be on a file system every node sees).",
+        "# When all have finished, measure and write the front on the deployment machine:",
+        f"#   python -m search.sweep --out {shlex.quote(str(out))} --resume",
+        "#SBATCH --job-name=dnarch-sweep",
+        f"#SBATCH --array=0-{len(lines) - 1}",
+        "#SBATCH --cpus-per-task=1",
+        f"#SBATCH --output={shlex.quote(str(out))}/jobs-%a.log",
+        "set -euo pipefail",
+        f'line=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(str(jobs))})',
+        'exec bash -c "$line"',
+        "",
+    ]))
+    return jobs, slurm
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .pareto import draw, write_pareto
+
+    t0 = time.perf_counter()
+    try:
+        cfg, given, search_flags = parse(argv)
+        if cfg.job:
+            return run_one(cfg)
+        plan = make_plan(cfg, search_flags)
+        out, plan = check_out(cfg, given, plan)
+        todo = [(m, run_of(m, plan, out)) for m in models(plan)]
+        runs = [run for _, run in todo]
+        check_task(plan, runs)
+        check_runs(runs)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / S.PLAN, json.dumps(plan, indent=1) + "\n")
+    except (UsageError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if cfg.emit_jobs:
+        jobs, slurm = emit_jobs(out, runs)
+        print(f"{len(runs)} jobs: {jobs} (one command per line), {slurm} (sbatch {slurm}); "
+              f"then `python -m search.sweep --out {out} --resume` measures and writes the front")
+        return 0
+    summaries, failures = run_all(runs, plan, cfg.jobs)
+    if failures:
+        print(f"error: {len(failures)} of {len(runs)} models failed (above); finished ones are "
+              f"kept: `python -m search.sweep --out {out} --resume` continues", file=sys.stderr)
+        return 1
+    try:
+        latency = measure(out, runs, plan)
+    except JobError as e:
+        print(f"error: measuring latency: {e}", file=sys.stderr)
+        return 1
+    pareto = write_pareto(out, plan, [(asdict(m), r.run_dir) for m, r in todo], summaries,
+                          latency)
+    draw(pareto, out / S.PARETO_PNG)
+    front = sum(row["pareto"]["1"] for row in pareto["rows"])
+    print(f"{out}: {len(runs)} models, {front} on the front at batch 1; {out / S.PARETO}, "
+          f"{out / S.PARETO_PNG} ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+def run_one(cfg: SweepConfig) -> int:
+    """--job NAME: train and export one model of DIR's plan (a job array's task)."""
+    out = Path(cfg.out)
+    try:
+        plan = rundir.read_json(out / S.PLAN, ("task", "search_flags", "export_flags"))
+    except rundir.RunError as e:
+        raise UsageError(f"--job needs a sweep made by --emit-jobs: {e}") from None
+    runs = {r.run_dir.name: r for r in (run_of(m, plan, out) for m in models(plan))}
+    if cfg.job not in runs:
+        raise UsageError(f"--job {cfg.job}: not a model of {out / S.PLAN} "
+                         f"(its models: {', '.join(runs)})")
+    try:
+        summary = train_and_export(runs[cfg.job], plan["export_flags"], {})
+    except JobError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"{runs[cfg.job].run_dir}: test {summary['metric_name']} {summary['test_metric']:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""python -m search.sweep: the Pareto rule against a hand-computed case, a tiny real sweep end to
+end (runs, exports, one measurement, pareto.json and pareto.png), resume, the job array, and bad
+input refused before any run starts."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dnarch_deploy import rundir
+from dnarch_deploy.sweepdir import pareto_front, read_pareto
+from search import sweep
+
+from ..sweeps import BATCH, BUDGETS, GRID, SWEEP, run_sweep
+
+# --- the Pareto rule ------------------------------------------------------------------------------
+
+
+def test_pareto_front_hand_computed():
+    #            A     B     C     D     E     F     G
+    latency = [1.0, 2.0, 3.0, 2.5, 4.0, 3.0, math.nan]
+    metric = [0.50, 0.70, 0.70, 0.60, 0.90, 0.70, 0.99]
+    # A fastest; B beats D (faster, better) and C (as good, faster); C and F are equal, both
+    # dominated by B; E is the best; G is not measured: never optimal, dominates nothing
+    assert pareto_front(latency, metric) == [True, True, False, False, True, False, False]
+
+
+def test_pareto_front_lower_is_better_and_ties():
+    # relative L2 error: lower is better; two equal points are both on the front
+    assert pareto_front([1, 1, 2, 3], [0.3, 0.3, 0.2, 0.25], higher_is_better=False) == [
+        True, True, True, False]
+    assert pareto_front([], []) == []
+
+
+# --- a tiny real sweep --------------------------------------------------------------------------
+
+
+def test_sweep_writes_rows_marks_and_figure(sweep_dir: Path):
+    pareto = read_pareto(sweep_dir)
+    rows = pareto["rows"]
+    assert pareto["task"] == "ucr:GunPoint" and pareto["batches"] == [1, BATCH]
+    assert [(r["kind"], r["budget"], r["seed"]) for r in rows] == [
+        ("search", b, 0) for b in BUDGETS] + [("base", None, 0)]
+    assert (rows[-1]["width"], rows[-1]["depth"]) == GRID
+    latency = json.loads((sweep_dir / "latency.json").read_text())
+    measured = {Path(m["run_dir"]).name: m["median_ms"] for m in latency["models"]}
+    for row in rows:
+        run = sweep_dir / row["run_dir"]
+        summary = rundir.read_summary(run)
+        assert row["test_metric"] == summary["test_metric"]
+        assert (row["macs"], row["params"]) == (summary["macs"], summary["params"])
+        assert row["ms"] == measured[run.name] and all(v > 0 for v in row["ms"].values())
+        assert (run / "export" / "model.onnx").is_file()
+        assert rundir.read_config(run)["train"]["learn"] == (
+            "none" if row["kind"] == "base" else "KRWD")
+    for batch in ("1", str(BATCH)):  # the marks are the rule applied to the rows
+        assert [r["pareto"][batch] for r in rows] == pareto_front(
+            [r["ms"][batch] for r in rows], [r["test_metric"] for r in rows])
+    png = (sweep_dir / "pareto.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_a_job_and_resume_reuse_finished_runs_and_exports(sweep_dir: Path, tmp_path: Path):
+    """A model whose export was lost: its job (a line of jobs.txt) exports it again without
+    training; then --resume, with the flags of sweep.json, reuses everything and measures."""
+    out = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, out)
+    runs = sorted((out / "runs").iterdir())
+    stamps = {r.name: (r / "summary.json").stat().st_mtime_ns for r in runs}
+    kept = runs[0] / "export" / "model.onnx"
+    kept_stamp = kept.stat().st_mtime_ns
+    shutil.rmtree(runs[1] / "export")  # killed before this model's export
+    (out / "pareto.json").unlink()
+    run_sweep("--out", out, "--job", runs[1].name)
+    assert (runs[1] / "export" / "model.onnx").is_file()
+    assert not (out / "pareto.json").exists()  # a job measures nothing
+    run_sweep("--out", out, "--resume")
+    assert {r.name: (r / "summary.json").stat().st_mtime_ns for r in runs} == stamps
+    assert kept.stat().st_mtime_ns == kept_stamp  # not exported again
+    assert len(read_pareto(out)["rows"]) == len(runs)
+
+
+def test_emit_jobs_writes_one_command_per_model_and_a_slurm_array(tmp_path: Path, capsys):
+    out = tmp_path / "array"
+    assert sweep.main([*SWEEP, "--out", str(out), "--emit-jobs"]) == 0
+    lines = (out / "jobs.txt").read_text().splitlines()
+    names = [f"search-b{b:g}-s0" for b in BUDGETS] + [f"base-w{GRID[0]}-d{GRID[1]}-s0"]
+    assert lines == [f"python -m search.sweep --out {out.resolve()} --job {n}" for n in names]
+    slurm = (out / "jobs.slurm").read_text()
+    assert f"#SBATCH --array=0-{len(names) - 1}" in slurm and "SLURM_ARRAY_TASK_ID" in slurm
+    assert not (out / "runs").exists()  # nothing ran
+    assert sweep.main(["--out", str(out), "--job", "search-b9-s0"]) == 2
+    assert "--job search-b9-s0: not a model of" in capsys.readouterr().err
+
+
+# --- bad input: one line, status 2, before any run, nothing written -----------------------------
+
+TINY = ["--depth", "1", "--width", "4", "--epochs", "1"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budgets", "0.5,-1"], "--budgets: every budget must be a positive number"),
+    (["--budgets", "0,0.5"], "got 0 in '0,0.5'"),
+    (["--budgets", ""], "--budgets '' is empty"),
+    (["--budgets", " , "], "is empty"),
+    (["--budgets", "half"], "expected comma-separated numbers"),
+    (["--task", "ucr:NoSuchSet"], "--task ucr:NoSuchSet:"),
+    (["--budgets", "0.5", "--base-grid", "8by2"], "--base-grid: '8by2' is not WIDTHxDEPTH"),
+    (["--budgets", "0.5", "--seed", "3"], "--seed is set by the sweep"),
+    (["--budgets", "0.5", "--lr", "-1"], "--lr must be > 0"),
+    (["--budgets", "0.5", "--jobs", "0"], "--jobs must be >= 1"),
+])
+def test_bad_input_is_refused_before_any_run(tmp_path: Path, capsys, args, message):
+    out = tmp_path / "sweep"
+    assert sweep.main([*args, *TINY, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("error: ") and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_existing_dir_is_refused_unless_resumed_with_the_same_settings(sweep_dir: Path,
+                                                                      tmp_path: Path, capsys):
+    before = {p: p.stat().st_mtime_ns for p in sweep_dir.rglob("*") if p.is_file()}
+    assert sweep.main([*SWEEP, "--out", str(sweep_dir)]) == 2
+    assert "exists (a sweep); pass --resume" in capsys.readouterr().err
+    assert sweep.main(["--task", "ucr:ItalyPowerDemand", "--out", str(sweep_dir), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "made with other settings: --task (saved 'ucr:GunPoint', given " in err
+    assert sweep.main(["--out", str(sweep_dir), "--resume", "--width", "8"]) == 2
+    assert "search flags (saved [" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in sweep_dir.rglob("*") if p.is_file()} == before
+    other = tmp_path / "not-a-sweep"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert sweep.main([*SWEEP, "--out", str(other), "--resume"]) == 2
+    assert "is not a sweep directory (no sweep.json)" in capsys.readouterr().err
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
