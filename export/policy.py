@@ -21,6 +21,7 @@ from .lowering import block_resolution, resample_axes
 from .resampling import resample_candidates, resample_macs
 from .static import StaticNet
 from .tactics import PORTABLE, TACTICS, conv_macs
+from .tactics import tactic as tactic_class
 from .tune import measure_resample, measure_tactics, time_networks
 
 if TYPE_CHECKING:
@@ -40,10 +41,11 @@ def tactic_costs(static: StaticNet) -> list[dict[str, float]]:
 
 
 def cheapest(costs: list[dict[str, float]]) -> list[str]:
-    """Per block, the portable tactic with the lower theoretical cost. The DFT op is only ever
-    chosen by measurement (--tune): onnxruntime's DFT kernel is far slower than its operation
-    count says (benchmarks/export_speed.py times it beside the other tactics)."""
-    return [min(PORTABLE, key=c.get) for c in costs]
+    """Per block, the portable tactic with the lower theoretical cost times the tactic's
+    ``cost_weight`` (its measured multiply-adds per second against the four-step's). The DFT op is
+    only ever chosen by measurement (--tune): onnxruntime's DFT kernel is far slower than its
+    operation count says (benchmarks/export_speed.py times it beside the other tactics)."""
+    return [min(PORTABLE, key=lambda t: c[t] * tactic_class(t).cost_weight) for c in costs]
 
 
 # The factored form runs four MatMuls (two of them batched over N2 small matrices) and three

@@ -19,7 +19,7 @@ from .emit import to_onnx
 from .lowering import block_resolution, lower, resample_axes
 from .resampling import lower_resample, resample_candidates
 from .static import StaticNet
-from .tactics import TACTICS, make_conv
+from .tactics import TACTICS, distinct_tactics
 from .timing import (
     layer_boundaries,
     layers,
@@ -40,9 +40,10 @@ class Candidates(nn.Module):
         self.keys = []
         convs = {}
         for b, block in enumerate(static.blocks):
-            for tactic in tactics:
+            mods = distinct_tactics(block.conv.kernel, block_resolution(block), tactics)
+            for tactic, module in mods.items():
                 key = f"b{b}_{tactic}"
-                convs[key] = make_conv(tactic, block.conv.kernel, block_resolution(block))
+                convs[key] = module
                 self.keys.append((b, key))
         self.convs = nn.ModuleDict(convs)
 
@@ -57,7 +58,9 @@ def measure_tactics(
     repeats: int = 20,
     tactics: tuple[str, ...] = TACTICS,
 ) -> list[dict[str, dict[str, float]]]:
-    """Per block, per tactic: onnxruntime latency of the convolution alone (ms)."""
+    """Per block, per tactic: onnxruntime latency of the convolution alone (ms); a tactic that
+    would be the same lowering as an earlier one (:func:`export.tactics.distinct_tactics`) is
+    left out of that block's entry."""
     if not static.blocks:
         return []
     wrapper = Candidates(static, tactics).eval()
@@ -68,11 +71,11 @@ def measure_tactics(
     groups = layers(model)
     results: list[dict[str, dict[str, float]]] = []
     for b in progress(range(len(static.blocks)), desc="tune tactics"):
-        fns = []
-        for tactic in tactics:
+        fns, names = [], [key.split("_", 1)[1] for bb, key in wrapper.keys if bb == b]
+        for tactic in names:
             sub = sub_model(model, *layer_boundaries(model, groups[f"convs.b{b}_{tactic}"]))
             fns.append(runner(session(sub, threads), random_feeds(sub, batch)))
-        results.append(dict(zip(tactics, measure(fns, repeats))))
+        results.append(dict(zip(names, measure(fns, repeats))))
     return results
 
 
