@@ -9,9 +9,13 @@ every backend runs it. :data:`REGISTRY` holds them by name; which one a block ge
   ``matmul``  an FFT written with MatMul / Mul / Add / Reshape only (:class:`MatMulFFTConv`,
               four-step / Monarch layout in 1-D, one dense DFT matrix per axis in 2-D), plus a
               Pad / Slice when the length does not fill the four-step grid.
+  ``multistep`` the same MatMul FFT with up to four factors (:class:`MultiStepFFTConv`): on long
+              axes O(N (N1 + 2 (N2 + ... + Nk))) multiply-adds against the four-step's O(N^1.5),
+              within 4.5x of a textbook radix-2 FFT convolution's (:func:`fft_reference_macs`)
+              up to N = 8192; more, smaller MatMuls.
   ``dft``     ``torch.fft`` in the graph, exported as the ONNX ``DFT`` op (:class:`DFTConv`).
 
-All three compute the same cross-correlation as :func:`dnarch_deploy.spectral.direct_conv`. The FFT
+All four compute the same cross-correlation as :func:`dnarch_deploy.spectral.direct_conv`. The FFT
 forms use circular convolution of length N >= L + K // 2 per axis
 (:func:`dnarch_deploy.spectral.conv_fft_length`, the rule training's FFT convolution uses too),
 which is enough for the 'same' window: the wrapped-around part of the result lies outside it.

@@ -189,3 +189,23 @@ def test_distinct_tactics_leave_out_a_repeated_lowering():
     short = distinct_tactics(torch.randn(3, 9), (40,))
     assert "multistep" not in short and set(short) == {"direct", "matmul", "dft"}
     assert "multistep" in distinct_tactics(torch.randn(3, 1023), (1024,))
+
+
+def test_tuning_skips_tactics_far_above_the_fewest_macs():
+    """A global kernel on a long axis: direct conv (L K MACs) is not timed; short kernels
+    keep it."""
+    import types
+
+    from export.tune import MAX_MAC_RATIO, worth_timing
+
+    def block(length, taps):
+        return types.SimpleNamespace(conv=types.SimpleNamespace(kernel=torch.randn(4, taps)),
+                                     bias1=torch.zeros(8, length), n_in=4)
+
+    long = block(2048, 2047)
+    kept = worth_timing(distinct_tactics(long.conv.kernel, (2048,)), long)
+    assert "direct" not in kept and {"matmul", "multistep", "dft"} <= set(kept)
+    assert conv_macs("direct", 4, (2048,), (2047,)) > MAX_MAC_RATIO * conv_macs(
+        "multistep", 4, (2048,), (2047,))
+    short = block(2048, 9)
+    assert "direct" in worth_timing(distinct_tactics(short.conv.kernel, (2048,)), short)
