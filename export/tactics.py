@@ -9,10 +9,10 @@ every backend runs it. :data:`REGISTRY` holds them by name; which one a block ge
   ``matmul``  an FFT written with MatMul / Mul / Add / Reshape only (:class:`MatMulFFTConv`,
               four-step / Monarch layout in 1-D, one dense DFT matrix per axis in 2-D), plus a
               Pad / Slice when the length does not fill the four-step grid.
-  ``multistep`` the same MatMul FFT with up to four factors (:class:`MultiStepFFTConv`): on long
-              axes O(N (N1 + 2 (N2 + ... + Nk))) multiply-adds against the four-step's O(N^1.5),
-              within 4.5x of a textbook radix-2 FFT convolution's (:func:`fft_reference_macs`)
-              up to N = 8192; more, smaller MatMuls.
+  ``multistep`` the same MatMul FFT with three factors (:class:`MultiStepFFTConv`): on long
+              axes O(N (N1 + 2 (N2 + N3))) multiply-adds against the four-step's O(N^1.5),
+              within 5.5x of a textbook radix-2 FFT convolution's (:func:`fft_reference_macs`)
+              up to N = 8192 (the four-step: 6.7x at 1024, 11x at 4096); more, smaller MatMuls.
   ``dft``     ``torch.fft`` in the graph, exported as the ONNX ``DFT`` op (:class:`DFTConv`).
 
 All four compute the same cross-correlation as :func:`dnarch_deploy.spectral.direct_conv`. The FFT
@@ -141,12 +141,13 @@ class MatMulFFTConv(nn.Module):
     1-D: the sequence, zero-padded to N = N1 N2 ... Nk (:func:`fft_factors`, at most
     ``max_factors``), is viewed as an array with axes t1, t2, ..., tk (row-major, t1 slowest) and
     transformed one axis at a time (multi-step Cooley-Tukey, the four-step / Monarch layout for
-    k = 2, one dense DFT matrix for k = 1): stage j is a DFT along axis j (one MatMul; the last
-    stage multiplies from the right, the others from the left) followed by the twiddle
-    W_Mj^(kj t') (Mj = Nj ... Nk, t' the index over the later axes). The spectrum comes out in
-    digit-reversed order k = k1 + N1 k2 + N1 N2 k3 + ..., which is the order the filter's spectrum
-    G is stored in, and the inverse runs the stages backwards with conjugate matrices and
-    twiddles, so no transpose is needed. x is real, so only k1 <= N1 / 2 is kept (Hermitian
+    k = 2, one dense DFT matrix for k = 1): stage j is a DFT along axis j followed by the twiddle
+    W_Mj^(kj t') (Mj = Nj ... Nk, t' the index over the later axes). Stage 1 multiplies from the
+    left; every later stage first moves t_j to the last axis (a Transpose, none for k = 2) and
+    multiplies from the right, one large MatMul over all other axes, which leaves k_j last. The
+    spectrum comes out in digit-reversed order k = k1 + N1 k2 + N1 N2 k3 + ..., which is the
+    order the filter's spectrum G is stored in, and the inverse runs the stages backwards with
+    conjugate matrices and twiddles. x is real, so only k1 <= N1 / 2 is kept (Hermitian
     symmetry) and the last MatMul weights those rows 1 or 2 and takes the real part; the zero
     padding and the crop back to L are folded into the first and last DFT matrices.
 
@@ -176,12 +177,12 @@ class MatMulFFTConv(nn.Module):
             spec = g.reshape(channels, *factors[::-1]).transpose(0, *range(len(factors), 0, -1))
             f_rows, scale = dft_matrix(n1)[:, :rows_in], n
             p = n1 // 2 + 1
-            spec = spec[:, :p].reshape(channels, -1, factors[-1] if len(factors) > 1 else 1)
-            for j in range(1, len(factors)):  # twiddle after stage j, on (Nj or P1, Rj)
+            spec = spec[:, :p].reshape(channels, p, r1)  # (C, P1, R1): k_2 .. k_k row-major
+            for j in range(1, len(factors)):  # twiddle after stage j: (P1, R1), (Rj, 1, Nj)
                 m, nj = math.prod(factors[j - 1:]), factors[j - 1]
                 kj = np.arange(p if j == 1 else nj)[:, None]
                 tw = np.exp(-2j * np.pi * ((kj * np.arange(m // nj)[None, :]) % m) / m)
-                buffers.update(_complex(f"t{j}", tw))
+                buffers.update(_complex(f"t{j}", tw if j == 1 else tw.T[:, None, :]))
             for j in range(2, len(factors) + 1):  # stage j's DFT (symmetric: left or right)
                 buffers.update(_complex(f"d{j}", dft_matrix(factors[j - 1])))
             self.factors = factors
@@ -210,37 +211,46 @@ class MatMulFFTConv(nn.Module):
         self.n = tuple(int(f) for f in self.factors)
         self.stages = len(self.factors) if self.length is not None else 1
 
-    def _views(self) -> list[tuple[int, ...]]:
-        """1-D: the shape of the spectrum after stage j (j = 1..k), batch first."""
-        factors, c = self.factors, self.channels
-        p, r1 = self.f_re.shape[0], self.grid[1]
-        views = [(-1, c, p, r1)]
-        for j in range(2, len(factors) + 1):
-            before, after = math.prod(factors[1:j - 1]), math.prod(factors[j:])
-            views.append((-1, c, p * before, factors[j - 1], after))
-        if len(factors) > 1:  # the last stage: from the right
-            views[-1] = (-1, c, views[-1][2], factors[-1])
-        return views
+    def _stage(self, j: int) -> tuple[int, int, int]:
+        """1-D stage j >= 2: (Nj, Rj, Qj). Before it the spectrum is laid out (B, C, P1, t_j ..
+        t_k, k_2 .. k_{j-1}): Rj = N_{j+1} ... Nk time indices after t_j, Qj = N2 ... N_{j-1}
+        frequency indices done."""
+        f = self.factors
+        return f[j - 1], math.prod(f[j:]), math.prod(f[1:j - 1])
 
     def forward(self, x: Tensor) -> Tensor:
         if self.length is None:
             return self._forward_2d(x)
         if self.pad:
             x = F.pad(x, (0, self.pad))
-        x = x.reshape(-1, self.channels, *self.grid)  # (B, C, rows, R1)
+        c, p = self.channels, self.f_re.shape[0]
+        x = x.reshape(-1, c, *self.grid)  # (B, C, rows, R1)
         re, im = torch.matmul(self.f_re, x), torch.matmul(self.f_im, x)  # (B, C, P1, R1)
-        views, k = self._views(), len(self.factors)
-        for j in range(1, k):  # twiddle j, then the DFT along axis j + 1
-            re, im = _cmul(re, im, *self._c(f"t{j}"))
-            re, im = re.reshape(views[j]), im.reshape(views[j])
-            re, im = _cmatmul(re, im, *self._c(f"d{j + 1}"), right=j + 1 == k)
-        re, im = _cmul(re, im, *self._c("g"))  # (B, C, Pk, Nk): the filter
-        for j in range(k, 1, -1):  # inverse: conjugate DFT along axis j, conjugate twiddle j - 1
-            re, im = _cmatmul(re, im, *self._c(f"d{j}", conj=True), right=j == k)
-            re, im = re.reshape(views[j - 2]), im.reshape(views[j - 2])
-            re, im = _cmul(re, im, *self._c(f"t{j - 1}", conj=True))
+        k = len(self.factors)
+        if k > 1:
+            re, im = _cmul(re, im, *self._c("t1"))
+        for j in range(2, k + 1):  # t_j to the last axis, its DFT from the right, twiddle j
+            nj, rj, qj = self._stage(j)
+            re, im = (_last(z.reshape(-1, c, p, nj, rj * qj)) for z in (re, im))
+            re, im = _cmatmul(re, im, *self._c(f"d{j}"), right=True)  # (.., t_j+1.., k_2..k_j)
+            if j < k:
+                re, im = re.reshape(-1, c, p, rj, qj, nj), im.reshape(-1, c, p, rj, qj, nj)
+                re, im = _cmul(re, im, *self._c(f"t{j}"))
+        re, im = re.reshape(-1, c, p, self.grid[1]), im.reshape(-1, c, p, self.grid[1])
+        re, im = _cmul(re, im, *self._c("g"))  # (B, C, P1, R1): the filter, k_2..k_k order
+        for j in range(k, 1, -1):  # the forward stages undone, conjugate
+            nj, rj, qj = self._stage(j)
+            if j < k:
+                re, im = re.reshape(-1, c, p, rj, qj, nj), im.reshape(-1, c, p, rj, qj, nj)
+                re, im = _cmul(re, im, *self._c(f"t{j}", conj=True))
+            re, im = re.reshape(-1, c, p, rj * qj, nj), im.reshape(-1, c, p, rj * qj, nj)
+            re, im = _cmatmul(re, im, *self._c(f"d{j}", conj=True), right=True)
+            re, im = _last(re), _last(im)  # (B, C, P1, t_j, t_j+1.., k_2..k_j-1)
+        if k > 1:
+            re, im = re.reshape(-1, c, p, self.grid[1]), im.reshape(-1, c, p, self.grid[1])
+            re, im = _cmul(re, im, *self._c("t1", conj=True))
         y = torch.matmul(self.b_re, re) + torch.matmul(self.b_imn, im)  # (B, C, rows, R1)
-        y = y.reshape(-1, self.channels, self.grid[0] * self.grid[1])
+        y = y.reshape(-1, c, self.grid[0] * self.grid[1])
         return y[..., : self.length] if self.pad else y
 
     def _forward_2d(self, x: Tensor) -> Tensor:
@@ -287,21 +297,35 @@ class MatMulFFTConv(nn.Module):
 
 
 class MultiStepFFTConv(MatMulFFTConv):
-    """:class:`MatMulFFTConv` with up to four factors (N1 N2 N3 N4): fewer multiply-adds on long
-    axes (O(N (N1 + 2 (N2 + ... + Nk) + 2 k)) against the four-step's O(N^1.5)), more, smaller
-    MatMuls. 2-D as :class:`MatMulFFTConv`."""
+    """:class:`MatMulFFTConv` with up to three factors (N1 N2 N3): fewer multiply-adds on long
+    axes (O(N (N1 + 2 (N2 + N3) + 4)) against the four-step's O(N^1.5)), one more stage (a
+    Transpose, a MatMul and a twiddle each way). 2-D as :class:`MatMulFFTConv`.
+
+    Three, not more: in onnxruntime on CPU each stage's Transpose and twiddle are memory-bound
+    passes that cost more than the multiply-adds a further factor saves (measured, L = 1024 and
+    4096, 64 channels, 1 thread: four factors 1.8x slower than three at batch 1 and 16). A
+    prime-factor (Good-Thomas) form, which has no twiddles, was slower still: its index Gathers and
+    its Transposes with 2..7-wide inner axes ran at ~1 GB/s in onnxruntime.
+    """
 
     name = "multistep"
-    max_factors = 4
-    # its middle stages are small broadcast MatMuls (Nj x Nj against many short rows): in
-    # onnxruntime on CPU about 5x (3 factors) to 12x (4) slower per multiply-add than the
-    # four-step's two large ones (measured, L=1024, 64 channels, 1 thread); so without timing it
-    # is chosen only where its MACs are 5x fewer
-    cost_weight = 5.0
+    max_factors = 3
+    # its stages are narrower MatMuls plus memory-bound Transposes and twiddles: in onnxruntime on
+    # CPU about 3x (batch 1) to 4x (batch 16) slower per multiply-add than the four-step's two
+    # large MatMuls (measured, L=1024 and 4096, 64 channels, 1 thread); so without timing it is
+    # chosen only where its MACs are 3x fewer
+    cost_weight = 3.0
 
     def same_as(self, other: nn.Module) -> bool:
         """Whether ``other`` (a :class:`MatMulFFTConv`) is the very same lowering."""
         return isinstance(other, MatMulFFTConv) and self.n == other.n
+
+
+def _last(z: Tensor) -> Tensor:
+    """Swap the last two axes (a Reshape, no Transpose in the graph, when either is 1)."""
+    if 1 in z.shape[-2:]:
+        return z.reshape(*z.shape[:-2], z.shape[-1], z.shape[-2])
+    return z.transpose(-1, -2)
 
 
 def _complex(name: str, value: np.ndarray) -> dict[str, np.ndarray]:

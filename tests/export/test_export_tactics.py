@@ -137,7 +137,7 @@ def test_multistep_fft_matches_direct_conv_on_long_axes(size, taps):
     x, kernel = torch.randn(2, 3, *size, generator=g), torch.randn(3, *taps, generator=g)
     ref = direct_conv(x.double(), kernel.double())
     module = make_conv("multistep", kernel, size)
-    assert len(module.n) >= 3  # more than the four-step's two factors
+    assert len(module.n) == 3  # more than the four-step's two factors
     assert rel_error(module(x), ref) < 2e-6  # float32
     exact = make_conv("multistep", kernel.double(), size)
     assert rel_error(exact(x.double()), ref) < 1e-12  # float64: the same map
@@ -154,17 +154,17 @@ def test_matmul_fft_macs_closed_form(tactic, size, taps):
 
 @pytest.mark.parametrize("length", [512, 1024, 2048, 4096, 8192])
 def test_multistep_fft_costs_grow_like_an_fft(length):
-    """Global kernel: the multi-step form stays within 4.5x of a textbook radix-2 FFT convolution's
-    multiply-adds (fft_reference_macs) at every length; the four-step's ratio grows like
-    sqrt(N) / log N (6x at 1024, 11x at 4096)."""
+    """Global kernel: the multi-step form (three factors) stays within 6x of a textbook radix-2
+    FFT convolution's multiply-adds (fft_reference_macs) up to L = 8192; the four-step's ratio
+    grows like sqrt(N) / log N (6.7x at 1024, 11x at 4096, 15x at 8192)."""
     n = conv_fft_length(length, length - 1)
     reference = fft_reference_macs(n)
     multi = conv_macs("multistep", 1, (length,), (length - 1,)) / reference
     four = conv_macs("matmul", 1, (length,), (length - 1,)) / reference
-    assert multi <= 4.5
-    assert four > multi
+    assert multi <= 6.0
+    assert four > 1.4 * multi
     if length >= 4096:
-        assert four >= 2.5 * multi
+        assert four >= 2.2 * multi
 
 
 def test_fft_reference_macs_closed_form():
@@ -172,13 +172,14 @@ def test_fft_reference_macs_closed_form():
 
 
 def test_multistep_fft_in_onnxruntime():
-    """The multi-step form exports to MatMul / Mul / Add / Reshape (+ Pad / Slice) and matches."""
+    """The multi-step form exports to MatMul / Mul / Add / Reshape / Transpose (+ Pad / Slice)
+    and matches."""
     size, taps = (1100,), (1001,)
     kernel, x = torch.randn(3, *taps), torch.randn(2, 3, *size)
     module = make_conv("multistep", kernel, size)
     model = to_onnx(module, (x,), dynamic_batch=False)
     assert {n.op_type for n in model.graph.node} <= {"MatMul", "Mul", "Add", "Reshape", "Pad",
-                                                      "Slice"}
+                                                      "Slice", "Transpose"}
     out = session(model).run(None, {model.graph.input[0].name: x.numpy()})[0]
     assert rel_error(torch.from_numpy(out), direct_conv(x.double(), kernel.double())) < 2e-6
 
