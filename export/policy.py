@@ -59,11 +59,14 @@ FACTORED_MAC_PENALTY = 3.0
 
 
 def cheapest_resample(n: int, size: int) -> str:
-    """By theoretical cost: ``factored`` when its MACs times FACTORED_MAC_PENALTY are fewer."""
-    if "factored" not in resample_candidates(n, size):
+    """By theoretical cost: the factored form (``factored`` or ``split``, the fewer MACs) when its
+    MACs times FACTORED_MAC_PENALTY are fewer than the dense MatMul's."""
+    cands = [t for t in resample_candidates(n, size) if t != "dense"]
+    if not cands:
         return "dense"
-    factored = resample_macs("factored", n, size) * FACTORED_MAC_PENALTY
-    return "factored" if factored < resample_macs("dense", n, size) else "dense"
+    best = min(cands, key=lambda t: resample_macs(t, n, size))
+    factored = resample_macs(best, n, size) * FACTORED_MAC_PENALTY
+    return best if factored < resample_macs("dense", n, size) else "dense"
 
 
 def resample_evidence_by_cost(static: StaticNet) -> list[dict[str, list[dict]]]:

@@ -99,7 +99,7 @@ def test_architecture_json_has_physical_sizes_and_tactics(exported_run):
             chosen, why = block["resample_tactics"][kind], block["chosen_by"]["resample"][kind]
             assert len(chosen) == len(shapes) == len(why) == len(block["resample_split"][kind])
             for tactic, e, n2 in zip(chosen, why, block["resample_split"][kind]):
-                assert tactic == e["tactic"] in ("dense", "factored")
+                assert tactic == e["tactic"] in ("dense", "factored", "split")
                 assert (n2 is None) == (tactic == "dense")
                 if e["by"] == "measured":
                     assert tactic == least_regret(e["ms_by_batch"])
