@@ -238,7 +238,7 @@ def export_architecture(found: dict, lowered: StaticNet, tactics: list[str],
             "kernel_taps": list(conv.taps),
             "downsample": [list(m.sizes) for m in block.down],  # (S, R) per resampled axis
             "upsample": [list(m.sizes) for m in block.up],
-            # per resampled axis: "dense" (one MatMul) or "factored" (four-step MatMul FFT)
+            # per resampled axis: "dense" (one MatMul), "factored" or "split" (MatMul FFTs)
             "resample_tactics": getattr(block, "resample_tactics", {}),
             "resample_split": {k: [getattr(m, "n2", None) for m in getattr(block, k)]
                                for k in ("down", "up")},  # N2 of a factored axis
