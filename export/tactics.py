@@ -324,7 +324,7 @@ class MultiStepFFTConv(MatMulFFTConv):
 def _last(z: Tensor) -> Tensor:
     """Swap the last two axes (a Reshape, no Transpose in the graph, when either is 1)."""
     if 1 in z.shape[-2:]:
-        return z.reshape(*z.shape[:-2], z.shape[-1], z.shape[-2])
+        return z.reshape(-1, *z.shape[1:-2], z.shape[-1], z.shape[-2])  # batch: any
     return z.transpose(-1, -2)
 
 
