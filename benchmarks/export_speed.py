@@ -87,9 +87,10 @@ class Options:
     batch: str = "1,32"  # the batches tuned for and measured, comma-separated
     repeats: int = 20  # timed repetitions (medians)
     seed: int = 0
-    run_dir: list[str] = None  # type: ignore[assignment]  # a trained run to benchmark (repeat)
+    run_dir: list[str] = None  # a trained run directory to benchmark (repeat the flag)
     singles: bool = True  # also time every single tactic for all blocks (batch 1, first threads)
-    quick: bool = False  # L=256, 1 thread, batches 1 and 4, 5 repetitions; nothing written
+    quick: bool = False  # L=256 (or the runs only), 1 thread, batches 1 and 4, 5 repetitions;
+    # nothing written
 
     def ints(self, name: str) -> list[int]:
         return [int(v) for v in getattr(self, name).split(",") if v.strip()]
@@ -310,10 +311,9 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
                          + f" | {r['torch.fft']:.3f} | {fft_ratios[-1]:.2f} |")
     verdict = {True: "met", False: "NOT met"}
     lines += ["", "Targets:", "", "| target | figure | status |", "| --- | --- | --- |"]
-    for r in nets:
-        if r["state"] == "max":
-            continue
-        name = f"{r['network']} L={r['length']}, {r['threads']} thread(s)"
+    for r in nets:  # every network: found, max and the runs'
+        name = (f"{r['network']}{' ' + r['state'] if r['state'] else ''} L={r['length']}, "
+                f"{r['threads']} thread(s)")
         speedup = r[f"trained_{small}"] / r[f"ort_{small}"]
         vs_static = [r[f"static_{b}"] / r[f"ort_{b}"] for b in (small, large)]
         lines += [
@@ -323,8 +323,9 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
             f"B={large} | {vs_static[0]:.2f}x, {vs_static[1]:.2f}x | "
             f"{verdict[min(vs_static) >= 1]} |",
         ]
-        big = next((m for m in nets if m["state"] == "max" and m["length"] == r["length"]
-                    and m["threads"] == r["threads"] and m["network"] == r["network"]), None)
+        big = next((m for m in nets if m["state"] == "max" and r["state"] == "found"
+                    and m["length"] == r["length"] and m["threads"] == r["threads"]
+                    and m["network"] == r["network"]), None)
         if big is not None:
             theory = r["theoretical"] / big["theoretical"]
             measured = r[f"ort_{small}"] / big[f"ort_{small}"]
@@ -351,8 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     add_fields(p, Options)
     opt = Options(**vars(p.parse_args(argv)))
     opt.run_dir = opt.run_dir or []
-    if opt.quick:
-        opt.lengths, opt.threads, opt.batch, opt.repeats = "256", "1", "1,4", 5
+    if opt.quick:  # with run directories: those alone
+        opt.lengths = "" if opt.run_dir else "256"
+        opt.threads, opt.batch, opt.repeats = "1", "1,4", 5
     before = os.getloadavg()[0]
     nets = []
     for threads in opt.ints("threads"):

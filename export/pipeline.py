@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -74,9 +74,9 @@ class ExportOptions:
     batch_size: int = 64  # calibration and verification batch size
     test_samples: int = 256  # test inputs for the equivalence check
     tolerance: float = TOLERANCE  # max relative error allowed at every stage
-    # batch sizes the tactics are tuned for and latency is measured at (repeat the flag:
-    # --batch 1 --batch 32; default 1 and 32; batch 1 is always measured)
-    batch: list[int] = None  # type: ignore[assignment]
+    batch: list[int] = field(default=None, metadata={"help": (
+        "a batch size the tactics are tuned for and latency is measured at; repeat the flag "
+        "(--batch 1 --batch 32); default 1 and 32")})
     bench: bool = True  # measure latency (report.json "latency")
     threads: int = 1  # onnxruntime intra-op threads, and torch threads while measuring
     repeats: int = 20  # timing repeats (medians)

@@ -137,3 +137,10 @@ def test_whole_network_check_at_two_batches(monkeypatch, one_block):
         "1": 1.2, "32": 22.0}
     assert evidence["kept"] == "multistep" and tactics == ["multistep"]
     assert evidence["regret"] == pytest.approx({"1": 1.2, "32": 1.1})
+
+
+def test_batch_option_defaults_to_a_small_and_a_large_batch():
+    assert ExportOptions().batch == [1, 32]
+    assert ExportOptions(batch=[32, 32, 1]).batch == [32, 1]  # each once, in the order given
+    with pytest.raises(ValueError, match=r"every --batch must be >= 1, got \[0\]"):
+        ExportOptions(batch=[0])
