@@ -1,27 +1,38 @@
-"""Export speed: the exported network in onnxruntime against the trained model, the tactic mix
-against single tactics, the MatMul FFT against torch.fft, measured latency against theory.
+"""Export speed: the exported network in onnxruntime against the trained model and the static
+module in eager PyTorch, at a small and a large batch and 1 and 2 threads; the tactic mix against
+single tactics; the MatMul FFT forms against torch.fft; achieved GFLOP/s against a MatMul ceiling
+measured in the same run; measured latency ratios against theory.
 
-Networks (weights random, BatchNorm calibrated on random data; latency does not depend on the
-values): a 1-D DNArch on length-L inputs (L = 256 and 1024), base CCNN_{D,H}, in two mask states:
+Networks:
 
-- found: a state like the search ends in under its budget: 6 of the 8 blocks, narrower blocks,
-  resolution 1/2 .. 1/16, kernels 3% .. 100% of the input (fixed below, documented in the output);
-- max:   every mask at its maximum: 2D blocks, 2H channels, global kernels, full resolution.
+- synthetic (weights random, BatchNorm calibrated on random data; latency does not depend on the
+  values): a 1-D DNArch on length-L inputs (default L = 256, 1024 and 4096), base CCNN_{D,H}, in
+  two mask states:
+  - found: a state like the search ends in under its budget: 6 of the 8 blocks, narrower blocks,
+    resolution 1/2 .. 1/16, kernels 3% .. 100% of the input (fixed below, documented in the
+    output);
+  - max:   every mask at its maximum: 2D blocks, 2H channels, global kernels, full resolution.
+- real found networks: each ``--run-dir`` (a run directory written by ``python -m search.run``,
+  e.g. a default search on ucr:ACSF1 or ucr:PLAID), calibrated on its training data.
 
-Each is frozen, materialised, tactics tuned in onnxruntime (export.tune: per layer, then the
-per-layer choice against each single tactic as whole networks), lowered and exported with the
-dynamo exporter, exactly as ``python -m export.onnx`` does. Timings are medians of
-interleaved repeats (export.timing.measure), onnxruntime and PyTorch eager with the same number
-of threads, measured separately (their spinning thread pools would slow each other).
+Each is frozen, materialised, tactics tuned in onnxruntime at the batches of ``--batch`` (export
+.policy.choose_lowering: per layer, then as whole networks, least worst slowdown over the
+batches), lowered and exported with the dynamo exporter, exactly as ``python -m export.onnx``
+does, once per thread count. Timings are medians of interleaved repeats (export.timing.measure),
+onnxruntime and PyTorch eager with the same number of threads, measured separately (their
+spinning thread pools would slow each other).
 
-    python benchmarks/export_speed.py           # writes benchmarks/results/export_speed.md
-    python benchmarks/export_speed.py --quick   # a fast sanity run (nothing written)
+    python benchmarks/export_speed.py                   # writes benchmarks/results/export_speed.md
+    python benchmarks/export_speed.py --run-dir runs/acsf1 --run-dir runs/plaid
+    python benchmarks/export_speed.py --quick           # a fast sanity run (nothing written)
 
 Targets (reported, not asserted):
-1. onnxruntime >= 5x faster than the masked trained model in eager PyTorch, batch 1;
-2. measured latency ratio found/max within 1.25x of the theoretical cost ratio;
-3. the per-layer tactic mix is never slower than the best single tactic for every layer;
-4. the best FFT lowering in onnxruntime within 2x of torch.fft for the same convolution.
+1. onnxruntime >= 5x faster than the masked trained model in eager PyTorch, batch 1, every length;
+2. onnxruntime at least as fast as the eager static module at the small and the large batch, every
+   length, same threads;
+3. measured latency ratio found/max within 1.25x of the theoretical cost ratio;
+4. the tuned tactic mix never slower than the best single tactic for every layer;
+5. the best FFT lowering in onnxruntime within 2x of torch.fft for the same convolution.
 """
 
 from __future__ import annotations
@@ -35,21 +46,24 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnxruntime
 import torch
 
 from dnarch_deploy import DNArch, ModelConfig
 from dnarch_deploy import masks as M
+from dnarch_deploy.cli import add_fields
+from dnarch_deploy.rundir import load_run
 from dnarch_deploy.spectral import fft_conv
 from export.bench import theoretical_costs
-from export.calibration import calibrate
+from export.calibration import calibrate, task_batches
 from export.emit import to_onnx
 from export.lowering import lower
-from export.policy import fastest, fastest_network, resample_choice
-from export.static import freeze, materialize
-from export.tactics import TACTICS, make_conv
-from export.timing import measure, runner, session
-from export.tune import measure_resample, measure_tactics
+from export.pipeline import ExportOptions
+from export.policy import choose_lowering
+from export.static import StaticNet, freeze, materialize
+from export.tactics import TACTICS, conv_macs, make_conv
+from export.timing import achieved_gflops, matmul_ceiling, measure, runner, session
 
 RESULTS = Path(__file__).parent / "results" / "export_speed.md"
 # the found state, per block: (n_in, n_mid, n_out) as fractions of 2H, resolution fraction,
@@ -66,14 +80,20 @@ FOUND = [
 
 @dataclass
 class Options:
-    lengths: str = "256,1024"  # input lengths L, comma-separated (convolutions: the largest)
+    lengths: str = "256,1024,4096"  # synthetic input lengths L, comma-separated ("": none)
     depth: int = 4  # D of the base CCNN_{D,H} (up to 2D blocks)
     width: int = 32  # H of the base CCNN_{D,H} (up to 2H channels)
-    threads: int = 1  # onnxruntime intra-op threads = torch threads (1: robust on a shared CPU)
-    batch: int = 16  # the larger batch measured besides batch 1
-    repeats: int = 30  # timed repetitions (medians)
+    threads: str = "1,2"  # onnxruntime intra-op threads = torch threads, comma-separated
+    batch: str = "1,32"  # the batches tuned for and measured, comma-separated
+    repeats: int = 20  # timed repetitions (medians)
     seed: int = 0
-    quick: bool = False  # L=128, 8 repetitions; nothing written
+    run_dir: list[str] = None  # a trained run directory to benchmark (repeat the flag)
+    singles: bool = True  # also time every single tactic for all blocks (batch 1, first threads)
+    quick: bool = False  # L=256 (or the runs only), 1 thread, batches 1 and 4, 5 repetitions;
+    # nothing written
+
+    def ints(self, name: str) -> list[int]:
+        return [int(v) for v in getattr(self, name).split(",") if v.strip()]
 
 
 def set_found(model: DNArch) -> None:
@@ -96,23 +116,38 @@ def set_max(model: DNArch) -> None:
     model.clamp_masks_()
 
 
-def network(opt: Options, length: int, state: str) -> DNArch:
+def synthetic(opt: Options, length: int, state: str) -> tuple[DNArch, torch.Tensor]:
     torch.manual_seed(opt.seed)
     config = ModelConfig(in_channels=1, out_channels=10, input_size=(length,),
                          depth=opt.depth, width=opt.width, learn="KRWD")
     model = DNArch(config)
     (set_found if state == "found" else set_max)(model)
     batches = [torch.randn(16, 1, length) for _ in range(4)]
-    return calibrate(model, batches, show_progress=False).eval()
+    return calibrate(model, batches, show_progress=False).eval(), torch.randn(1, 1, length)
 
 
-def ort_ms(graphs: list, x: torch.Tensor, opt: Options) -> list[float]:
-    """onnxruntime medians of several graphs on one input, timed in turns (fair under load)."""
-    fns = [runner(session(g, opt.threads), {"x": x.numpy()}) for g in graphs]
-    return [m["median_ms"] for m in measure(fns, opt.repeats)]
+def from_run(run_dir: str) -> tuple[str, DNArch, torch.Tensor]:
+    """A trained run's model, BatchNorm calibrated on its training data as export does, and one
+    test input."""
+    run = load_run(run_dir)
+    calibrate(run.model, task_batches(run.task.x_train, 64, 1024))
+    x = torch.as_tensor(np.asarray(run.task.x_test[:1]))
+    return str(run.config["task"]), run.model.eval(), x
 
 
-def eager_ms(modules: list, x: torch.Tensor, opt: Options) -> list[float]:
+def batch_of(x: torch.Tensor, batch: int) -> torch.Tensor:
+    return x.repeat(batch, *[1] * (x.dim() - 1))[:batch].contiguous()
+
+
+def ort_ms(graphs: list, xs: list[torch.Tensor], threads: int, repeats: int) -> list[float]:
+    """onnxruntime medians of several graphs, each on its input, timed in turns (fair under
+    load)."""
+    fns = [runner(session(g, threads), {g.graph.input[0].name: x.numpy()})
+           for g, x in zip(graphs, xs)]
+    return [m["median_ms"] for m in measure(fns, repeats)]
+
+
+def eager_ms(modules: list, x: torch.Tensor, repeats: int) -> list[float]:
     def run(module):
         def call():
             with torch.no_grad():
@@ -120,60 +155,54 @@ def eager_ms(modules: list, x: torch.Tensor, opt: Options) -> list[float]:
 
         return call
 
-    return [m["median_ms"] for m in measure([run(m) for m in modules], opt.repeats)]
+    return [m["median_ms"] for m in measure([run(m) for m in modules], repeats)]
 
 
-def bench_networks(opt: Options, length: int) -> list[dict]:
-    """Found and max networks: tuned export and every single-tactic export, all timed together."""
-    rows, graphs, models = [], {}, []
-    x1, xb = torch.randn(1, 1, length), torch.randn(opt.batch, 1, length)
-    for state in ("found", "max"):
-        model = network(opt, length, state)
-        static = materialize(model, freeze(model))
-        resample = resample_choice(measure_resample(static, 1, opt.threads, opt.repeats))
+def bench_network(opt: Options, label: str, state: str, model: DNArch, x: torch.Tensor,
+                  threads: int, singles: bool) -> dict:
+    """One network at one thread count: tuned export against eager PyTorch at every batch, the
+    MatMul ceiling, and (``singles``) each single tactic for every block at batch 1."""
+    batches = opt.ints("batch")
+    torch.set_num_threads(threads)
+    static: StaticNet = materialize(model, freeze(model))
+    options = ExportOptions(batch=batches, threads=threads, repeats=opt.repeats, bench=False)
+    tactics, resample, _, network = choose_lowering(static, options)
+    lowered = lower(static, tactics, resample)
+    row = {"network": label, "state": state, "length": int(x.shape[-1]), "threads": threads,
+           "blocks": len(static.blocks), "stream": int(static.decoder.weight.shape[1]),
+           "tactics": tactics, "resample": resample, "whole_network": network,
+           "theoretical": sum(v["theoretical"] for v in theoretical_costs(lowered).values()),
+           "paper": sum(v["paper"] for v in theoretical_costs(
+               lowered, freeze(model).architecture).values())}
+    graph = to_onnx(lowered, (batch_of(x, 2),))
+    for b in batches:
+        xb = batch_of(x, b)
+        row[f"ort_{b}"] = ort_ms([graph], [xb], threads, opt.repeats)[0]
+        row[f"trained_{b}"], row[f"static_{b}"] = eager_ms([model, static], xb, opt.repeats)
+        row[f"gflops_{b}"] = achieved_gflops(row["theoretical"], b, row[f"ort_{b}"])
+    row["ceiling"] = matmul_ceiling(threads, opt.repeats)["gflops"]
+    if singles:  # one tactic for all blocks, where every block can have it in reasonable time
+        cands = {"mix": tactics}
+        for t in TACTICS:
+            if [t] * len(tactics) != tactics and all(
+                    conv_macs(t, blk.n_in, tuple(blk.bias1.shape[1:]), blk.conv.taps) < 2e9
+                    for blk in lowered.blocks):
+                cands[t] = [t] * len(tactics)
+        graphs = [graph] + [to_onnx(lower(static, v, resample), (batch_of(x, 2),))
+                            for k, v in cands.items() if k != "mix"]
+        # the tuned tactics with every resampling one dense MatMul (the first lowering)
         dense = [{k: ["dense"] * len(v) for k, v in b.items()} for b in resample]
-        per_layer = fastest(measure_tactics(static, 1, opt.threads, opt.repeats))
-        tuned, whole = fastest_network(static, per_layer, resample, TACTICS, 1, opt.threads,
-                                       opt.repeats)
-        variants = {"mix": tuned, **{t: [t] * len(static.blocks) for t in TACTICS}}
-        row = {"state": state, "length": length, "blocks": len(static.blocks), "tactics": tuned,
-               "stream": int(static.decoder.weight.shape[1]), "resample": resample,
-               "whole_network": whole}
-        # the tuned network with every resampling as one dense MatMul (the previous lowering)
-        lowered_dense = lower(static, tuned, dense)
-        row["theoretical_dense"] = sum(
-            v["theoretical"] for v in theoretical_costs(lowered_dense).values())
-        graphs[(state, "mix_dense")] = to_onnx(lowered_dense, (x1,))
-        for name, tactics in variants.items():
-            lowered = lower(static, tactics, resample)
-            if name == "mix":
-                costs = theoretical_costs(lowered).values()
-                row["theoretical"] = sum(v["theoretical"] for v in costs)
-                same = [k for k in TACTICS if variants[k] == tactics]
-                if same:  # one tactic everywhere: the very same graph as that single tactic
-                    row["mix_is"] = same[0]
-                    continue
-            graphs[(state, name)] = to_onnx(lowered, (x1,))
-        rows.append(row)
-        models.append(model)
-    keys = list(graphs)
-    for key, ms in zip(keys, ort_ms([graphs[k] for k in keys], x1, opt)):
-        next(r for r in rows if r["state"] == key[0])[f"ort_{key[1]}"] = ms
-    for row in rows:
-        if "mix_is" in row:
-            row["ort_mix"] = row[f"ort_{row['mix_is']}"]
-    mix_graphs = [graphs[(r["state"], r.get("mix_is", "mix"))] for r in rows]
-    for row, ms in zip(rows, ort_ms(mix_graphs, xb, opt)):
-        row["ort_mix_batch"] = ms
-    for row, ms in zip(rows, eager_ms(models, x1, opt)):
-        row["eager_trained"] = ms
-    for row, ms in zip(rows, eager_ms(models, xb, opt)):
-        row["eager_trained_batch"] = ms
-    return rows
+        if dense != resample:
+            cands["dense_resample"] = tactics
+            graphs.append(to_onnx(lower(static, tactics, dense), (batch_of(x, 2),)))
+        for name, ms in zip(cands, ort_ms(graphs, [x] * len(graphs), threads, opt.repeats)):
+            row[f"single_{name}"] = ms
+    return row
 
 
-def bench_convolutions(opt: Options, L: int) -> list[dict]:
+def bench_convolutions(opt: Options, L: int, threads: int) -> list[dict]:
     """One depthwise convolution: the FFT lowerings in onnxruntime against torch.fft."""
+    torch.set_num_threads(threads)
     cases = [(64, (L,), (L - 1,)), (32, (L,), (L // 4 + 1,)), (64, (L // 4,), (L // 4 - 1,)),
              (32, (28, 28), (27, 27))]
     rows = []
@@ -181,9 +210,10 @@ def bench_convolutions(opt: Options, L: int) -> list[dict]:
         kernel = torch.randn(channels, *taps) * 0.05
         x = torch.randn(1, channels, *size)
         row = {"channels": channels, "size": size, "taps": taps}
-        graphs = [to_onnx(make_conv(t, kernel, size).eval(), (x,)) for t in TACTICS]
-        row.update(zip(TACTICS, ort_ms(graphs, x, opt)))
-        row["torch.fft"] = eager_ms([lambda t, k=kernel: fft_conv(t, k)], x, opt)[0]
+        names = [t for t in TACTICS if t != "direct" or conv_macs(t, channels, size, taps) < 3e8]
+        graphs = [to_onnx(make_conv(t, kernel, size).eval(), (x,)) for t in names]
+        row.update(zip(names, ort_ms(graphs, [x] * len(graphs), threads, opt.repeats)))
+        row["torch.fft"] = eager_ms([lambda t, k=kernel: fft_conv(t, k)], x, opt.repeats)[0]
         rows.append(row)
     return rows
 
@@ -198,122 +228,149 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
 
-def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float, float]) -> str:
-    lengths = sorted({r["length"] for r in nets})
+def _ms(row: dict, key: str) -> str:
+    return f"{row[key]:.3f}" if key in row else "-"
+
+
+def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float, float],
+           argv: list[str]) -> str:
+    batches = opt.ints("batch")
+    small, large = batches[0], batches[-1]
     lines = [
         "# Export speed",
         "",
-        f"Command: `python benchmarks/export_speed.py{' --quick' if opt.quick else ''}` "
+        f"Command: `python benchmarks/export_speed.py{''.join(' ' + a for a in argv)}` "
         f"({', '.join(f'{k}={v}' for k, v in dataclasses.asdict(opt).items())})",
         f"Machine: {machine()}; load average {load[0]:.1f} before, {load[1]:.1f} after "
-        f"(a shared machine: other jobs ran beside this one).",
+        f"(a shared machine: other jobs ran beside this one; compare ratios within a row).",
         f"Versions: Python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
-        f"{onnxruntime.__version__}. {opt.threads} thread(s) for onnxruntime and torch.",
+        f"{onnxruntime.__version__}. Threads: the same number for onnxruntime and torch.",
         "",
-        f"Networks: 1-D DNArch, base CCNN_{{{opt.depth},{opt.width}}}; weights random, BatchNorm "
-        "calibrated. Latency in ms (median), theoretical in MMAC/sample (tactic-aware: "
-        "export.bench.theoretical_costs).",
+        f"Synthetic networks: 1-D DNArch, base CCNN_{{{opt.depth},{opt.width}}}; weights random, "
+        "BatchNorm calibrated. Latency in ms (median), theoretical in MMAC/sample (tactic-aware: "
+        "export.bench.theoretical_costs), paper = the search's cost model. Tactics tuned for "
+        f"batches {', '.join(map(str, batches))} (least worst slowdown). "
+        "trained = the masked trained model, static = the static module, both eager PyTorch; "
+        "x = how many times faster onnxruntime is.",
         "",
-        f"| L | network | blocks | stream | tactics (tuned) | theoretical MMAC | ORT ms B=1 | ORT "
-        f"ms B={opt.batch} | eager trained ms B=1 | eager trained ms B={opt.batch} | speedup B=1 |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| network | L | threads | blocks | tactics (tuned) | theoretical MMAC | paper MMAC | "
+        f"ORT B={small} | trained B={small} | static B={small} | ORT B={large} | "
+        f"trained B={large} | static B={large} | GFLOP/s B={small} / B={large} / MatMul "
+        f"ceiling |",
+        "| " + " | ".join(["---"] * 14) + " |",
     ]
     for r in nets:
-        lines.append(
-            f"| {r['length']} | {r['state']} | {r['blocks']} | {r['stream']} | "
-            f"{' '.join(r['tactics'])} | {r['theoretical'] / 1e6:.2f} | {r['ort_mix']:.3f} | "
-            f"{r['ort_mix_batch']:.3f} | {r['eager_trained']:.3f} | "
-            f"{r['eager_trained_batch']:.3f} | {r['eager_trained'] / r['ort_mix']:.1f}x |"
-        )
-    lines += ["", "Spectral resampling per block (tuned: D = one dense MatMul, F = factored "
-              "four-step MatMul FFT; down / up), against the same network with every "
-              "resampling dense (the previous lowering), onnxruntime ms, batch 1:", "",
-              "| L | network | resampling (tuned) | theoretical MMAC | ORT ms B=1 | theoretical "
-              "MMAC, all dense | ORT ms B=1, all dense | all dense / tuned |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in nets:
-        tags = " ".join(
-            "/".join("".join(t[0].upper() for t in b[k]) or "-" for k in ("down", "up"))
-            for b in r["resample"])
-        lines.append(f"| {r['length']} | {r['state']} | {tags} | {r['theoretical'] / 1e6:.2f} | "
-                     f"{r['ort_mix']:.3f} | {r['theoretical_dense'] / 1e6:.2f} | "
-                     f"{r['ort_mix_dense']:.3f} | {r['ort_mix_dense'] / r['ort_mix']:.2f} |")
-    lines += ["", "Tactic mix against one tactic everywhere (onnxruntime ms, batch 1):", "",
-              "| L | network | mix | direct | matmul | dft | best single | mix / best single |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        cells = [f"{r['network']} ({r['state']})" if r["state"] else r["network"], str(r["length"]),
+                 str(r["threads"]), str(r["blocks"]), " ".join(r["tactics"]),
+                 f"{r['theoretical'] / 1e6:.2f}", f"{r['paper'] / 1e6:.2f}"]
+        for b in (small, large):
+            ort = r[f"ort_{b}"]
+            cells += [f"{ort:.3f}", f"{r[f'trained_{b}']:.3f} ({r[f'trained_{b}'] / ort:.1f}x)",
+                      f"{r[f'static_{b}']:.3f} ({r[f'static_{b}'] / ort:.2f}x)"]
+        cells.append(f"{r[f'gflops_{small}']:.2f} / {r[f'gflops_{large}']:.2f} / "
+                     f"{r['ceiling']:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    single_rows = [r for r in nets if "single_mix" in r]
     mix_ratios = []
+    if single_rows:
+        lines += ["", f"Tactic mix against one tactic everywhere, and against the mix with every "
+                  f"resampling one dense MatMul (onnxruntime ms, batch {small}; '-': that tactic "
+                  "is the mix, or too slow to time; resampling all dense: the same lowering):", "",
+                  "| network | L | threads | mix | " + " | ".join(TACTICS)
+                  + " | mix, resampling all dense | mix / best single |",
+                  "| " + " | ".join(["---"] * (6 + len(TACTICS))) + " |"]
+        for r in single_rows:
+            timed = {t: r[f"single_{t}"] for t in TACTICS if f"single_{t}" in r}
+            ratio = r["single_mix"] / min(timed.values()) if timed else 1.0
+            mix_ratios.append(ratio)
+            lines.append(f"| {r['network']} ({r['state']}) | {r['length']} | {r['threads']} | "
+                         f"{r['single_mix']:.3f} | "
+                         + " | ".join(_ms(r, f"single_{t}") for t in TACTICS)
+                         + f" | {_ms(r, 'single_dense_resample')} | {ratio:.3f} |")
+    lines += ["", "Whole-network tuning (export.policy.fastest_network; ms per batch):", ""]
     for r in nets:
-        best = min(TACTICS, key=lambda k: r[f"ort_{k}"])
-        mix_ratios.append(r["ort_mix"] / r[f"ort_{best}"])
-        mix = f"{r['ort_mix']:.3f}" + (f" (= {r['mix_is']})" if "mix_is" in r else "")
-        lines.append(f"| {r['length']} | {r['state']} | {mix} | {r['ort_direct']:.3f} | "
-                     f"{r['ort_matmul']:.3f} | {r['ort_dft']:.3f} | {best} | "
-                     f"{mix_ratios[-1]:.3f} |")
-    lines += ["", "Whole-network tuning (export.policy.fastest_network: the per-layer choice "
-              "against each single tactic for every block, timed as whole networks during "
-              "tuning; ms, batch 1):", ""]
-    for r in nets:
-        cands = r["whole_network"]["candidates"]
-        timed = ", ".join(f"{c['name']} {c['median_ms']:.3f}" for c in cands if "median_ms" in c)
-        lines.append(f"- L={r['length']} {r['state']}: per-layer choice "
-                     f"{' '.join(cands[0]['tactics'])}; {timed or 'nothing timed'}; "
-                     f"kept {r['whole_network']['kept']}")
-    lines += ["", "One depthwise convolution, batch 1: FFT lowerings in onnxruntime against "
-              "torch.fft (dnarch_deploy.spectral.fft_conv) in eager PyTorch (ms):", "",
-              "| channels | size | taps | direct | matmul | dft | torch.fft | best FFT / torch |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        wn = r["whole_network"]
+        timed = "; ".join(
+            f"{c['name']} " + ", ".join(f"B={b} {ms:.3f}" for b, ms in c["ms_by_batch"].items())
+            for c in wn["candidates"] if "ms_by_batch" in c)
+        lines.append(f"- {r['network']} {r['state']} L={r['length']} {r['threads']} thread(s): "
+                     f"{timed or 'nothing timed'}; kept {wn['kept']}")
     fft_ratios = []
-    for r in convs:
-        best = min(r["matmul"], r["dft"])
-        fft_ratios.append(best / r["torch.fft"])
-        lines.append(f"| {r['channels']} | {r['size']} | {r['taps']} | {r['direct']:.3f} | "
-                     f"{r['matmul']:.3f} | {r['dft']:.3f} | {r['torch.fft']:.3f} | "
-                     f"{fft_ratios[-1]:.2f} |")
+    if convs:
+        lines += ["", f"One depthwise convolution, batch 1, {convs[0]['threads']} thread(s): "
+                  "lowerings in onnxruntime against torch.fft (dnarch_deploy.spectral.fft_conv) "
+                  "in eager PyTorch (ms; '-': direct not timed, too many MACs):", "",
+                  "| channels | size | taps | " + " | ".join(TACTICS)
+                  + " | torch.fft | best FFT / torch |",
+                  "| " + " | ".join(["---"] * (5 + len(TACTICS))) + " |"]
+        for r in convs:
+            best = min(r[t] for t in TACTICS if t != "direct")
+            fft_ratios.append(best / r["torch.fft"])
+            lines.append(f"| {r['channels']} | {r['size']} | {r['taps']} | "
+                         + " | ".join(_ms(r, t) for t in TACTICS)
+                         + f" | {r['torch.fft']:.3f} | {fft_ratios[-1]:.2f} |")
     verdict = {True: "met", False: "NOT met"}
     lines += ["", "Targets:", "", "| target | figure | status |", "| --- | --- | --- |"]
-    for length in lengths:
-        found, big = (next(r for r in nets if r["length"] == length and r["state"] == s)
-                      for s in ("found", "max"))
-        speedup = found["eager_trained"] / found["ort_mix"]
-        theory = found["theoretical"] / big["theoretical"]
-        measured = found["ort_mix"] / big["ort_mix"]
-        apart = max(measured / theory, theory / measured)
+    for r in nets:  # every network: found, max and the runs'
+        name = (f"{r['network']}{' ' + r['state'] if r['state'] else ''} L={r['length']}, "
+                f"{r['threads']} thread(s)")
+        speedup = r[f"trained_{small}"] / r[f"ort_{small}"]
+        vs_static = [r[f"static_{b}"] / r[f"ort_{b}"] for b in (small, large)]
         lines += [
-            f"| L={length}: onnxruntime >= 5x faster than the masked trained model (eager), "
-            f"batch 1, found network | {speedup:.1f}x | {verdict[speedup >= 5]} |",
-            f"| L={length}: measured ratio found/max within 1.25x of the theoretical ratio | "
-            f"measured {measured:.3f}, theoretical {theory:.3f}: {apart:.2f}x apart | "
-            f"{verdict[apart <= 1.25]} |",
+            f"| {name}: onnxruntime >= 5x faster than the masked trained model, B={small} | "
+            f"{speedup:.1f}x | {verdict[speedup >= 5]} |",
+            f"| {name}: onnxruntime at least as fast as the eager static module, B={small} and "
+            f"B={large} | {vs_static[0]:.2f}x, {vs_static[1]:.2f}x | "
+            f"{verdict[min(vs_static) >= 1]} |",
         ]
-    lines += [
-        f"| tactic mix never slower than the best single tactic | mix / best single: "
-        f"{', '.join(f'{v:.3f}' for v in mix_ratios)} | {verdict[max(mix_ratios) <= 1.0]} |",
-        f"| best FFT lowering within 2x of torch.fft | "
-        f"{', '.join(f'{v:.2f}' for v in fft_ratios)} | "
-        f"{verdict[all(v <= 2 for v in fft_ratios)]} |",
-        "",
-        "Found state per block ((n_in, n_mid, n_out) / 2H, resolution, kernel / L): "
-        + "; ".join(f"{w}, {r:.3g}, {k}" for w, r, k in FOUND) + ".",
-    ]
+        big = next((m for m in nets if m["state"] == "max" and r["state"] == "found"
+                    and m["length"] == r["length"] and m["threads"] == r["threads"]
+                    and m["network"] == r["network"]), None)
+        if big is not None:
+            theory = r["theoretical"] / big["theoretical"]
+            measured = r[f"ort_{small}"] / big[f"ort_{small}"]
+            apart = max(measured / theory, theory / measured)
+            lines.append(f"| {name}: measured ratio found/max within 1.25x of the theoretical "
+                         f"ratio, B={small} | measured {measured:.3f}, theoretical {theory:.3f}: "
+                         f"{apart:.2f}x apart | {verdict[apart <= 1.25]} |")
+    if mix_ratios:
+        lines.append(f"| tactic mix never slower than the best single tactic | mix / best single:"
+                     f" {', '.join(f'{v:.3f}' for v in mix_ratios)} | "
+                     f"{verdict[max(mix_ratios) <= 1.0]} |")
+    if fft_ratios:
+        lines.append(f"| best FFT lowering within 2x of torch.fft | "
+                     f"{', '.join(f'{v:.2f}' for v in fft_ratios)} | "
+                     f"{verdict[all(v <= 2 for v in fft_ratios)]} |")
+    lines += ["", "Found state per block ((n_in, n_mid, n_out) / 2H, resolution, kernel / L): "
+              + "; ".join(f"{w}, {r:.3g}, {k}" for w, r, k in FOUND) + "."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for f in dataclasses.fields(Options):
-        if f.type in ("bool", bool):
-            p.add_argument(f"--{f.name}", action="store_true")
-        else:
-            p.add_argument(f"--{f.name}", type=type(f.default), default=f.default)
+    add_fields(p, Options)
     opt = Options(**vars(p.parse_args(argv)))
-    if opt.quick:
-        opt.lengths, opt.repeats = "128", 8
-    torch.set_num_threads(opt.threads)
+    opt.run_dir = opt.run_dir or []
+    if opt.quick:  # with run directories: those alone
+        opt.lengths = "" if opt.run_dir else "256"
+        opt.threads, opt.batch, opt.repeats = "1", "1,4", 5
     before = os.getloadavg()[0]
-    lengths = [int(v) for v in opt.lengths.split(",")]
-    nets = [row for length in lengths for row in bench_networks(opt, length)]
-    convs = bench_convolutions(opt, max(lengths))
-    text = report(opt, nets, convs, (before, os.getloadavg()[0]))
+    nets = []
+    for threads in opt.ints("threads"):
+        singles = opt.singles and threads == opt.ints("threads")[0]
+        for run_dir in opt.run_dir:
+            label, model, x = from_run(run_dir)
+            nets.append(bench_network(opt, label, "", model, x, threads, singles))
+        for length in opt.ints("lengths"):
+            for state in ("found", "max"):
+                model, x = synthetic(opt, length, state)
+                nets.append(bench_network(opt, "synthetic", state, model, x, threads, singles))
+    lengths = opt.ints("lengths") or [256]
+    convs = bench_convolutions(opt, max(lengths), opt.ints("threads")[0])
+    for r in convs:
+        r["threads"] = opt.ints("threads")[0]
+    text = report(opt, nets, convs, (before, os.getloadavg()[0]), argv)
     print(text)
     if not opt.quick:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)

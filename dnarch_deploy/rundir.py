@@ -55,7 +55,8 @@ SUMMARY_KEYS = (
 
 # RUN_DIR/export/: written by export (export.pipeline), read by the dashboard and export.infer
 EXPORT_SCHEMA = "dnarch-export"
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: "tuning" (the batches tactics were chosen for), latency "ceiling"
+EXPORT_VERSIONS_READ = (1, 2)  # version 1 reports (no tuning, no ceiling) still read
 ONNX_FILE = "model.onnx"
 PT2_FILE = "model.pt2"
 TS_FILE = "model.ts"
@@ -177,7 +178,8 @@ def read_report(run_dir: str | Path) -> dict[str, Any]:
 
     The fields other tools read (export writes more: options, environment, stage seconds):
 
-        schema, version   EXPORT_SCHEMA, EXPORT_VERSION
+        schema, version   EXPORT_SCHEMA, EXPORT_VERSION (1 is still read: it has no "tuning" and
+                          no latency "ceiling" / "achieved_gflops_by_batch")
         equivalence       {stage: {"max_abs": number, "max_rel": number}}, against the trained model
         tolerance         number: the largest max_rel the export accepted
         ops               {op type: count} in model.onnx
@@ -185,6 +187,11 @@ def read_report(run_dir: str | Path) -> dict[str, Any]:
         latency           null (export --no-bench), or
                           {"batches": [int, ...], "layers": {name: ENTRY}, "total": ENTRY,
                            "eager": {name: {batch: ms}}}
+        tuning            (version 2) {"by": "measured" | "cost" | "forced", "batches": [int, ...]
+                          or null: the batches the tactics were chosen for, ...}
+        latency.ceiling   (version 2) {"gflops": number: one large MatMul in onnxruntime, same
+                          threads, same run; "fraction_by_batch": {batch: number}}; the total
+                          also has "achieved_gflops_by_batch": {batch: number}
         ENTRY             "theoretical", "paper": MACs per sample (the lowered operators; the
                           search's cost model); "measured_ms": ms at batch 1, null for a layer
                           when not measured (--no-per-layer); "measured_ms_by_batch": {batch: ms};
@@ -197,9 +204,15 @@ def read_report(run_dir: str | Path) -> dict[str, Any]:
     check = _ReportCheck(path)
     if report["schema"] != EXPORT_SCHEMA:
         check.fail("schema", f"{EXPORT_SCHEMA!r}", report["schema"])
-    if report["version"] != EXPORT_VERSION:
+    if report["version"] not in EXPORT_VERSIONS_READ:
         raise RunError(f"{path}: field 'version' is {report['version']!r}; this dnarch-deploy "
                        f"reads export version {EXPORT_VERSION} (export the run again)")
+    if report["version"] >= 2:
+        tuning = check.mapping(report.get("tuning"), "tuning")
+        batches = tuning.get("batches")
+        if not (batches is None or (isinstance(batches, list) and all(
+                isinstance(b, int) and not isinstance(b, bool) for b in batches))):
+            check.fail("tuning.batches", "a list of batch sizes or null", batches)
     for stage, entry in check.mapping(report["equivalence"], "equivalence").items():
         for key in ("max_abs", "max_rel"):
             check.number(check.mapping(entry, f"equivalence.{stage}").get(key),
@@ -216,11 +229,11 @@ def read_report(run_dir: str | Path) -> dict[str, Any]:
         if not isinstance(entry.get("unsupported_ops", []), list):
             check.fail(f"backends.{name}.unsupported_ops", "a list", entry["unsupported_ops"])
     if report["latency"] is not None:
-        _check_latency(check, check.mapping(report["latency"], "latency"))
+        _check_latency(check, check.mapping(report["latency"], "latency"), report["version"])
     return report
 
 
-def _check_latency(check: _ReportCheck, latency: dict[str, Any]) -> None:
+def _check_latency(check: _ReportCheck, latency: dict[str, Any], version: int) -> None:
     batches = latency.get("batches")
     if not (isinstance(batches, list) and batches
             and all(isinstance(b, int) and not isinstance(b, bool) for b in batches)):
@@ -241,6 +254,14 @@ def _check_latency(check: _ReportCheck, latency: dict[str, Any]) -> None:
         if field == "latency.total":
             for batch in batches:
                 check.number(by_batch.get(str(batch)), f"{field}.measured_ms_by_batch.{batch}")
+    if version >= 2:
+        ceiling = check.mapping(latency.get("ceiling"), "latency.ceiling")
+        check.number(ceiling.get("gflops"), "latency.ceiling.gflops")
+        gflops = check.mapping(latency["total"].get("achieved_gflops_by_batch"),
+                               "latency.total.achieved_gflops_by_batch")
+        for batch in batches:
+            check.number(gflops.get(str(batch)),
+                         f"latency.total.achieved_gflops_by_batch.{batch}")
     for name, by_batch in check.mapping(latency.get("eager", {}), "latency.eager").items():
         for batch, ms in check.mapping(by_batch, f"latency.eager.{name}").items():
             check.number(ms, f"latency.eager.{name}.{batch}")

@@ -14,6 +14,10 @@ Theoretical figures are multiply-accumulates per sample:
 
 Measured figures: wall-clock milliseconds, medians over round-robin repeats (export.timing); per
 layer from sub-models cut out of model.onnx at layer boundaries.
+
+The ceiling: one large float32 MatMul in onnxruntime, same threads, measured in the same run
+(:func:`export.timing.matmul_ceiling`); the exported model's achieved GFLOP/s (2 x theoretical
+MACs x batch / time) at each batch, and its fraction of that ceiling.
 """
 
 from __future__ import annotations
@@ -30,7 +34,15 @@ from dnarch_deploy.cost import decoder_cost, layer_costs, linear_cost, pointwise
 
 from .static import StaticNet
 from .tactics import conv_macs
-from .timing import layer_latency, layer_models, measure, runner, session
+from .timing import (
+    achieved_gflops,
+    layer_latency,
+    layer_models,
+    matmul_ceiling,
+    measure,
+    runner,
+    session,
+)
 
 
 def axis_matmul_macs(module: nn.Module, channels: int, shape: tuple[int, ...]) -> float:
@@ -102,13 +114,15 @@ def benchmark(
     lowered: StaticNet,
     onnx_model: onnx.ModelProto,
     example: Tensor,
-    batch: int = 32,
+    batch: int | list[int] = 32,
     threads: int = 1,
     repeats: int = 20,
     per_layer: bool = True,
+    tuned_for: list[int] | None = None,
 ) -> dict:
-    """The report's ``latency`` section (see module docstring)."""
-    batches = sorted({1, batch})
+    """The report's ``latency`` section (see module docstring), at batch 1 and every ``batch``;
+    ``tuned_for``: the batches the tactics were chosen for (recorded as given)."""
+    batches = sorted({1, *([batch] if isinstance(batch, int) else batch)})
     vocab = static.spec["vocab_size"]
     costs = theoretical_costs(lowered, describe(trained))
     layers: dict[str, dict] = {
@@ -139,8 +153,14 @@ def benchmark(
             for name, t in layer_latency(subs, b, threads, repeats, vocab).items():
                 if name in layers:
                     layers[name].setdefault("measured_ms_by_batch", {})[str(b)] = t["median_ms"]
+        ceiling = matmul_ceiling(threads, repeats)
     finally:
         torch.set_num_threads(torch_threads)
+    total["achieved_gflops_by_batch"] = {
+        b: achieved_gflops(total["theoretical"], int(b), ms)
+        for b, ms in total["measured_ms_by_batch"].items()}
+    ceiling["fraction_by_batch"] = {
+        b: g / ceiling["gflops"] for b, g in total["achieved_gflops_by_batch"].items()}
     for entry in [*layers.values(), total]:
         by_batch = entry.get("measured_ms_by_batch", {})
         entry["measured_ms"] = by_batch.get("1")
@@ -149,7 +169,9 @@ def benchmark(
         "threads": threads,
         "cpu_count": os.cpu_count(),
         "batches": batches,
+        "tuned_for_batches": tuned_for,
         "repeats": repeats,
+        "ceiling": ceiling,
         "unit_theoretical": "multiply-accumulates per sample",
         "layers": layers,
         "total": total,
@@ -181,4 +203,9 @@ def format_table(latency: dict) -> str:
         label = {"trained_ms": "eager trained (masked)", "static_ms": "eager static",
                  "lowered_ms": "eager lowered"}[key]
         rows.append([label, "", "", ""] + [f"{eager[key][b]:.3f}" for b in batches])
+    ceiling = latency.get("ceiling")
+    if ceiling:
+        gflops = latency["total"]["achieved_gflops_by_batch"]
+        rows.append(["GFLOP/s (model / MatMul ceiling)", "", "", ""]
+                    + [f"{gflops[b]:.2f} / {ceiling['gflops']:.1f}" for b in batches])
     return "\n".join("| " + " | ".join(r) + " |" for r in rows) + "\n"

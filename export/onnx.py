@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.run_dir / "export"
     print(f"exported {args.run_dir} -> {out}/")
     print("tactics:", ", ".join(f"block {i}: {t}" for i, t in enumerate(report["tactics"])) or "-")
+    tuning = report["tuning"]
+    if tuning["batches"]:
+        print(f"tactics chosen by measurement for batch {' and '.join(map(str, tuning['batches']))}"
+              f" ({tuning['threads']} threads)")
     print("equivalence with the trained model (max rel. error):")
     for stage, err in report["equivalence"].items():
         print(f"  {stage:12s} {err['max_rel']:.2e}  (max abs {err['max_abs']:.2e})")
@@ -60,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(lat))
         print(f"onnxruntime vs masked trained model in eager PyTorch, batch 1: "
               f"{lat['speedup_vs_trained']:.1f}x faster")
+        ceiling = lat["ceiling"]
+        print(f"MatMul ceiling (one {'x'.join(map(str, ceiling['shape']))} MatMul, same run): "
+              f"{ceiling['gflops']:.1f} GFLOP/s; the model reaches "
+              + ", ".join(f"{f:.1%} at B={b}" for b, f in ceiling["fraction_by_batch"].items()))
     return 0
 
 

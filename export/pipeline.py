@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +57,8 @@ from .verify import (
     op_counts,
 )
 
+DEFAULT_BATCHES = (1, 32)  # a small and a large batch: tuned for both, both measured
+
 
 class ExportError(RuntimeError):
     """The export cannot be made (bad input, failed verification): nothing was written."""
@@ -72,8 +74,10 @@ class ExportOptions:
     batch_size: int = 64  # calibration and verification batch size
     test_samples: int = 256  # test inputs for the equivalence check
     tolerance: float = TOLERANCE  # max relative error allowed at every stage
+    batch: list[int] = field(default=None, metadata={"help": (
+        "a batch size the tactics are tuned for and latency is measured at; repeat the flag "
+        "(--batch 1 --batch 32); default 1 and 32")})
     bench: bool = True  # measure latency (report.json "latency")
-    bench_batch: int = 32  # the larger benchmark batch (batch 1 is always measured)
     threads: int = 1  # onnxruntime intra-op threads, and torch threads while measuring
     repeats: int = 20  # timing repeats (medians)
     per_layer: bool = True  # per-layer latency from sub-models
@@ -82,10 +86,12 @@ class ExportOptions:
     def __post_init__(self) -> None:
         if self.tactic is not None and self.tactic not in TACTICS:
             raise ValueError(f"tactic must be one of {', '.join(TACTICS)}, got {self.tactic!r}")
-        for name in ("calibration_samples", "batch_size", "test_samples", "bench_batch", "repeats",
-                     "threads"):
+        for name in ("calibration_samples", "batch_size", "test_samples", "repeats", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        self.batch = list(DEFAULT_BATCHES if not self.batch else dict.fromkeys(self.batch))
+        if any(b < 1 for b in self.batch):
+            raise ValueError(f"every --batch must be >= 1, got {self.batch}")
 
 
 def export_model(
@@ -142,8 +148,10 @@ def export_model(
 
     latency = None
     if options.bench:
-        latency = benchmark(model, static, lowered, onnx_model, example, options.bench_batch,
-                            options.threads, options.repeats, options.per_layer)
+        latency = benchmark(model, static, lowered, onnx_model, example, options.batch,
+                            options.threads, options.repeats, options.per_layer,
+                            tuned_for=options.batch if options.tune and options.tactic is None
+                            else None)
         lap("benchmark")
     architecture = export_architecture(frozen.architecture.to_dict(), lowered, tactics, evidence,
                                        network)
@@ -153,6 +161,7 @@ def export_model(
         "version": VERSION,
         "run": run_info or {},
         "tactics": tactics,
+        "tuning": tuning_summary(options, network),
         **({"whole_network": network} if network else {}),
         "equivalence": errors,
         "tolerance": options.tolerance,
@@ -166,6 +175,18 @@ def export_model(
     }
     atomic_write_text(out / REPORT_FILE, json.dumps(report, indent=1) + "\n")
     return report
+
+
+def tuning_summary(options: ExportOptions, network: dict | None) -> dict:
+    """report.json ``tuning``: how the tactics were chosen and for which batches."""
+    if options.tactic is not None:
+        return {"by": "forced", "batches": None, "tactic": options.tactic}
+    if not options.tune:
+        return {"by": "cost", "batches": None}
+    out = {"by": "measured", "batches": list(options.batch), "threads": options.threads}
+    if network:
+        out.update(kept=network["kept"], regret=network.get("regret"), why=network["why"])
+    return out
 
 
 def artifact_runners(model: DNArch, static: StaticNet, lowered: StaticNet, out: Path,
@@ -217,7 +238,7 @@ def export_architecture(found: dict, lowered: StaticNet, tactics: list[str],
             "kernel_taps": list(conv.taps),
             "downsample": [list(m.sizes) for m in block.down],  # (S, R) per resampled axis
             "upsample": [list(m.sizes) for m in block.up],
-            # per resampled axis: "dense" (one MatMul) or "factored" (four-step MatMul FFT)
+            # per resampled axis: "dense" (one MatMul), "factored" or "split" (MatMul FFTs)
             "resample_tactics": getattr(block, "resample_tactics", {}),
             "resample_split": {k: [getattr(m, "n2", None) for m in getattr(block, k)]
                                for k in ("down", "up")},  # N2 of a factored axis

@@ -4,9 +4,12 @@ gets, in one place.
 - by cost (``--no-tune``): :func:`cheapest` (the portable convolution tactic with the fewest
   theoretical MACs) and :func:`cheapest_resample`;
 - by measurement (``--tune``, the default): :func:`fastest` of each layer's onnxruntime timings
-  (:mod:`export.tune` measures them), then :func:`fastest_network`: the per-layer mix against each
-  single tactic for every block, as whole networks, so a tuned export is never slower, as
-  measured, than the best single tactic;
+  (:mod:`export.tune` measures them) at every batch size of ``--batch`` (default 1 and 32), then
+  :func:`fastest_network`: the per-layer mix against each single tactic for every block, as whole
+  networks at every batch, so a tuned export is never slower, as measured, than the best single
+  tactic. With more than one batch the kept candidate is the one whose worst slowdown against the
+  fastest at any measured batch is smallest (:func:`least_regret`): one graph serves every batch
+  (the batch axis is dynamic), so it is chosen for all of them;
 - forced (``--tactic``): one tactic everywhere.
 
 :func:`choose_lowering` applies the policy an export's options ask for and returns the evidence
@@ -21,6 +24,7 @@ from .lowering import block_resolution, resample_axes
 from .resampling import resample_candidates, resample_macs
 from .static import StaticNet
 from .tactics import PORTABLE, TACTICS, conv_macs
+from .tactics import tactic as tactic_class
 from .tune import measure_resample, measure_tactics, time_networks
 
 if TYPE_CHECKING:
@@ -40,10 +44,11 @@ def tactic_costs(static: StaticNet) -> list[dict[str, float]]:
 
 
 def cheapest(costs: list[dict[str, float]]) -> list[str]:
-    """Per block, the portable tactic with the lower theoretical cost. The DFT op is only ever
-    chosen by measurement (--tune): onnxruntime's DFT kernel is far slower than its operation
-    count says (benchmarks/export_speed.py times it beside the other tactics)."""
-    return [min(PORTABLE, key=c.get) for c in costs]
+    """Per block, the portable tactic with the lower theoretical cost times the tactic's
+    ``cost_weight`` (its measured multiply-adds per second against the four-step's). The DFT op is
+    only ever chosen by measurement (--tune): onnxruntime's DFT kernel is far slower than its
+    operation count says (benchmarks/export_speed.py times it beside the other tactics)."""
+    return [min(PORTABLE, key=lambda t: c[t] * tactic_class(t).cost_weight) for c in costs]
 
 
 # The factored form runs four MatMuls (two of them batched over N2 small matrices) and three
@@ -54,11 +59,14 @@ FACTORED_MAC_PENALTY = 3.0
 
 
 def cheapest_resample(n: int, size: int) -> str:
-    """By theoretical cost: ``factored`` when its MACs times FACTORED_MAC_PENALTY are fewer."""
-    if "factored" not in resample_candidates(n, size):
+    """By theoretical cost: the factored form (``factored`` or ``split``, the fewer MACs) when its
+    MACs times FACTORED_MAC_PENALTY are fewer than the dense MatMul's."""
+    cands = [t for t in resample_candidates(n, size) if t != "dense"]
+    if not cands:
         return "dense"
-    factored = resample_macs("factored", n, size) * FACTORED_MAC_PENALTY
-    return "factored" if factored < resample_macs("dense", n, size) else "dense"
+    best = min(cands, key=lambda t: resample_macs(t, n, size))
+    factored = resample_macs(best, n, size) * FACTORED_MAC_PENALTY
+    return best if factored < resample_macs("dense", n, size) else "dense"
 
 
 def resample_evidence_by_cost(static: StaticNet) -> list[dict[str, list[dict]]]:
@@ -91,65 +99,107 @@ def fastest(measured: list[dict[str, dict[str, float]]]) -> list[str]:
     return [min(m, key=lambda t: m[t]["median_ms"]) for m in measured]
 
 
+def least_regret(ms_by_batch: dict[str, dict[str, float]]) -> str:
+    """The candidate (key of each inner dict) whose worst ratio to the fastest candidate at the
+    same batch, over the batches (outer keys), is smallest; ties go to the first. At one batch:
+    the fastest. Only candidates measured at every batch take part."""
+    tables = list(ms_by_batch.values())
+    names = [n for n in tables[0] if all(n in t for t in tables)]
+
+    def worst(name: str) -> float:
+        return max(t[name] / min(t[n] for n in names) for t in tables)
+
+    return min(names, key=worst)
+
+
+def regret(ms_by_batch: dict[str, dict[str, float]], name: str) -> dict[str, float]:
+    """Per batch, candidate ``name``'s time over the fastest candidate's at that batch."""
+    return {b: t[name] / min(t.values()) for b, t in ms_by_batch.items()}
+
+
 def fastest_network(
     static: StaticNet,
     per_layer: list[str],
     resample: list[dict[str, list[str]]],
     singles: tuple[str, ...] = TACTICS,
-    batch: int = 1,
+    batch: int | list[int] = 1,
     threads: int = 0,
     repeats: int = 20,
+    extra: dict[str, list[str]] | None = None,
 ) -> tuple[list[str], dict]:
     """The fastest whole network: the per-layer choice against every single tactic for all blocks.
 
-    Each candidate assignment (``per_layer`` first, then each of ``singles``, the tactics valid for
-    every block, where it differs from ``per_layer``) is lowered with the same ``resample``
-    tactics, exported as the pipeline exports it and timed side by side
-    (:func:`export.tune.time_networks`). The smallest median wins, ties going to the per-layer
-    choice.
+    Each candidate assignment (``per_layer`` first, then ``extra`` (e.g. the per-layer winners at
+    each batch), then each of ``singles``, the tactics valid for every block, where it differs
+    from those before) is lowered with the same ``resample`` tactics, exported as the pipeline
+    exports it and timed side by side (:func:`export.tune.time_networks`) at every ``batch``. The
+    kept candidate is :func:`least_regret`'s (at one batch: the smallest median), ties going to the
+    per-layer choice.
 
-    Returns the kept tactics and the evidence: per candidate its ``name`` (``per-layer`` or the
-    single tactic), ``tactics``, ``median_ms`` and ``min_ms``; the ``kept`` name and ``why``.
-    With no alternative to the per-layer choice nothing is timed.
+    Returns the kept tactics and the evidence: per candidate its ``name`` (``per-layer``, an extra
+    name, or the single tactic), ``tactics``, ``median_ms`` and ``min_ms`` (at the first batch),
+    ``ms_by_batch``; ``batches`` (the batches the choice was made for), the ``kept`` name and
+    ``why``. With no alternative to the per-layer choice nothing is timed.
     """
+    batches = [batch] if isinstance(batch, int) else list(batch)
     n = len(static.blocks)
     candidates = {"per-layer": list(per_layer)}
-    for tactic in singles:
-        if [tactic] * n != candidates["per-layer"]:
-            candidates[tactic] = [tactic] * n
-    evidence = {"by": "measured whole network", "batch": batch, "threads": threads,
-                "repeats": repeats,
+    for name, tactics in [*(extra or {}).items(), *((t, [t] * n) for t in singles)]:
+        if tactics not in candidates.values():
+            candidates[name] = list(tactics)
+    evidence = {"by": "measured whole network", "batch": batches[0], "batches": batches,
+                "threads": threads, "repeats": repeats,
                 "candidates": [{"name": k, "tactics": v} for k, v in candidates.items()]}
     if len(candidates) == 1:
         return list(per_layer), {**evidence, "kept": "per-layer",
                                  "why": "no other candidate: nothing timed"}
-    timings = time_networks(static, list(candidates.values()), resample, batch, threads, repeats)
-    for entry, times in zip(evidence["candidates"], timings):
-        entry.update(times)
-    best, runner_up = sorted(evidence["candidates"], key=lambda c: c["median_ms"])[:2]  # stable
-    why = (f"smallest whole-network median in onnxruntime: {best['name']} {best['median_ms']:.3f}"
-           f" ms (next: {runner_up['name']} {runner_up['median_ms']:.3f} ms)")
-    return list(best["tactics"]), {**evidence, "kept": best["name"], "why": why}
+    table: dict[str, dict[str, float]] = {}
+    for b in batches:
+        timings = time_networks(static, list(candidates.values()), resample, b, threads, repeats)
+        table[str(b)] = {c["name"]: t["median_ms"] for c, t in zip(evidence["candidates"], timings)}
+        for entry, times in zip(evidence["candidates"], timings):
+            entry.setdefault("ms_by_batch", {})[str(b)] = times["median_ms"]
+            if b == batches[0]:
+                entry.update(times)
+    kept = least_regret(table)
+    best = next(c for c in evidence["candidates"] if c["name"] == kept)
+    runner_up = min((c for c in evidence["candidates"] if c["name"] != kept),
+                    key=lambda c: max(regret(table, c["name"]).values()))
+    def times(c: dict) -> str:
+        return ", ".join(f"B={b} {ms:.3f} ms" for b, ms in c["ms_by_batch"].items())
+
+    rule = ("smallest whole-network median in onnxruntime" if len(batches) == 1 else
+            "smallest worst slowdown against the fastest at any batch (onnxruntime medians)")
+    why = f"{rule}: {kept} {times(best)} (next: {runner_up['name']} {times(runner_up)})"
+    return list(best["tactics"]), {**evidence, "kept": kept, "why": why,
+                                   "regret": regret(table, kept)}
 
 
 # --- what an export asks for ----------------------------------------------------------------------
 
 
 def choose_tactics(static: StaticNet, options: ExportOptions) -> tuple[list[str], list[dict]]:
-    """Per block: the convolution tactic, and what it was chosen by (measured ms, theoretical
-    cost, or forced); the evidence's ``resample`` holds, per resampled axis (``down`` / ``up``),
-    the resampling tactic (``dense`` / ``factored``) and its evidence. Tuned, these are the
-    per-layer winners (:func:`choose_lowering` then checks them as a whole network)."""
+    """Per block: the convolution tactic, and what it was chosen by (measured ms per batch,
+    theoretical cost, or forced); the evidence's ``resample`` holds, per resampled axis (``down`` /
+    ``up``), the resampling tactic (``dense`` / ``factored``) and its evidence. Tuned, these are
+    the per-layer winners by :func:`least_regret` over ``options.batch`` (:func:`choose_lowering`
+    then checks them as a whole network)."""
     n = len(static.blocks)
-    resample = (measure_resample(static, 1, options.threads, options.repeats)
+    batches = options.batch
+    resample = (measure_resample_batches(static, batches, options.threads, options.repeats)
                 if options.tune else resample_evidence_by_cost(static))
     if options.tactic is not None:
         tactics, evidence = [options.tactic] * n, [{"by": "forced"} for _ in range(n)]
     elif options.tune:
-        measured = measure_tactics(static, 1, options.threads, options.repeats)
-        evidence = [{"by": "measured", "ms": {t: v["median_ms"] for t, v in m.items()}}
-                    for m in measured]
-        tactics = fastest(measured)
+        by_batch = {str(b): measure_tactics(static, b, options.threads, options.repeats)
+                    for b in batches}
+        evidence = []
+        for i in range(n):
+            ms = {b: {t: v["median_ms"] for t, v in m[i].items()} for b, m in by_batch.items()}
+            evidence.append({"by": "measured", "batches": list(batches),
+                             "ms": ms[str(batches[0])], "ms_by_batch": ms,
+                             "fastest_by_batch": {b: min(t, key=t.get) for b, t in ms.items()}})
+        tactics = [least_regret(e["ms_by_batch"]) for e in evidence]
     else:
         costs = tactic_costs(static)
         tactics, evidence = cheapest(costs), [{"by": "cost", "macs": c} for c in costs]
@@ -158,17 +208,39 @@ def choose_tactics(static: StaticNet, options: ExportOptions) -> tuple[list[str]
     return tactics, evidence
 
 
+def measure_resample_batches(static: StaticNet, batches: list[int], threads: int, repeats: int
+                             ) -> list[dict[str, list[dict]]]:
+    """:func:`export.tune.measure_resample` at every batch; a timed axis keeps
+    :func:`least_regret`'s tactic, its ``ms`` at the first batch and ``ms_by_batch``."""
+    runs = {str(b): measure_resample(static, b, threads, repeats) for b in batches}
+    first = runs[str(batches[0])]
+    for i, block in enumerate(first):
+        for kind, axes in block.items():
+            for j, entry in enumerate(axes):
+                if entry["by"] != "measured":
+                    continue
+                ms = {b: run[i][kind][j]["ms"] for b, run in runs.items()}
+                entry["ms_by_batch"] = ms
+                entry["tactic"] = least_regret(ms)
+    return first
+
+
 def choose_lowering(
     static: StaticNet, options: ExportOptions
 ) -> tuple[list[str], list[dict[str, list[str]]], list[dict], dict | None]:
     """The whole policy for an export: (convolution tactic per block, resampling tactics per
     block, per-block evidence, whole-network evidence or None). Tuned and not forced, the
-    per-layer choice is kept only if no single tactic everywhere is faster as a whole network."""
+    per-layer choice is kept only if no single tactic everywhere (nor the per-layer winners at
+    one batch) is better as a whole network over ``options.batch``."""
     tactics, evidence = choose_tactics(static, options)
     resample = resample_choice([e["resample"] for e in evidence])
     network = None
     if options.tune and options.tactic is None:
         singles = tuple(t for t in TACTICS if all(t in e["ms"] for e in evidence))
-        tactics, network = fastest_network(static, tactics, resample, singles, 1,
-                                           options.threads, options.repeats)
+        extra = {}
+        if len(options.batch) > 1:
+            extra = {f"per-layer B={b}": [e["fastest_by_batch"][str(b)] for e in evidence]
+                     for b in options.batch}
+        tactics, network = fastest_network(static, tactics, resample, singles, options.batch,
+                                           options.threads, options.repeats, extra)
     return tactics, resample, evidence, network

@@ -2,8 +2,11 @@
 
 :func:`dnarch_deploy.spectral.resample` (resolution-mask values included) is a real linear map
 per axis, lowered as ``dense``: one MatMul with its (n, size) matrix (:class:`AxisMatMul`; best on
-short axes), or ``factored``: a four-step FFT of four MatMuls, the crop and mask folded in
-(:class:`FactoredResample`; O((n + size)(N2 + keep / N2)) instead of O(n size), long axes).
+short axes), ``factored``: a four-step FFT of four MatMuls, the crop and mask folded in
+(:class:`FactoredResample`; O((n + size)(N2 + keep / N2)) instead of O(n size), long axes; N2 a
+common factor of n and size), or ``split``: the same with a split of its own on each side, the
+spectrum re-laid out in between (two Transposes; for lengths with no good common factor, such as
+the fast lengths 540 or 1080 the model picks on a 1024- or 4096-sample axis).
 Which one a block gets is :mod:`export.policy`'s choice.
 """
 
@@ -13,6 +16,7 @@ import math
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dnarch_deploy.spectral import resample_matrix
@@ -54,14 +58,18 @@ def lower_resample(module: Resample, n: int, tactic: str = "dense") -> nn.Module
     mask = None if module.mask is None else module.mask.double()
     if tactic == "factored":
         return FactoredResample(n, module.size, module.dim, mask)
-    if tactic != "dense":
-        raise ValueError(f"unknown resampling tactic {tactic!r}; choose from dense, factored")
+    if tactic == "split":
+        a, b = split_pair(n, module.size)[:2]
+        return FactoredResample(n, module.size, module.dim, mask, n2=a, n2_out=b)
+    if tactic not in RESAMPLE_TACTICS:
+        raise ValueError(f"unknown resampling tactic {tactic!r}; choose from "
+                         f"{', '.join(RESAMPLE_TACTICS)}")
     matrix = resample_matrix(n, module.size, mask, dtype=torch.float64)
     return AxisMatMul(matrix, module.dim)
 
 # --- resampling as a factored (four-step) MatMul FFT ---------------------------------------------
 
-RESAMPLE_TACTICS = ("dense", "factored")
+RESAMPLE_TACTICS = ("dense", "factored", "split")
 
 
 def resample_bin_weights(n: int, size: int, mask: np.ndarray | None = None) -> np.ndarray:
@@ -85,6 +93,28 @@ def _factored_macs(n: int, size: int, n2: int) -> int:
     n1, m = n // n2, size // n2
     k1 = -(-(min(n, size) // 2 + 1) // n2)
     return 2 * n2 * n2 * n1 + 4 * n2 * n1 * k1 + 4 * n2 * k1 * m + 2 * n2 * n2 * m
+
+
+def split_pair(n: int, size: int) -> tuple[int, int, int]:
+    """(N2 of the input side, N2' of the output side, MACs per line): each divides its own length
+    and minimises its half of :func:`_split_macs` (no common factor needed: the spectrum is
+    re-laid out between the halves)."""
+    keep = min(n, size) // 2 + 1
+
+    def best(length: int) -> int:
+        divisors = [d for d in range(1, length + 1) if length % d == 0]
+        return min(divisors, key=lambda d: 2 * d * length + 4 * length * -(-keep // d))
+
+    a, b = best(n), best(size)
+    return a, b, _split_macs(n, size, a, b)
+
+
+def _split_macs(n: int, size: int, a: int, b: int) -> int:
+    """Real multiply-accumulates per line of :class:`FactoredResample` with split a on the input
+    side and b on the output side: (1) 2 a n, (2) 4 n K1, (3) 4 K1' size, (4) 2 b size
+    (K1 = ceil(keep / a), K1' = ceil(keep / b))."""
+    keep = min(n, size) // 2 + 1
+    return 2 * a * n + 4 * n * -(-keep // a) + 4 * size * -(-keep // b) + 2 * b * size
 
 
 def factored_split(n: int, size: int) -> tuple[int, int]:
@@ -112,33 +142,41 @@ class FactoredResample(nn.Module):
     The twiddles and the bin weights are folded into the per-k2 matrices of (2) and (3), complex
     products into real block matrices [[re, im], [-im, re]]; every MatMul runs over all lines
     (batch x channels) at once.
+
+    ``n2_out`` (N2', dividing ``size``; default N2): the output side (3), (4) split by N2' instead,
+    k = N2' k1' + k2', s = s1 + M s2 with M = size / N2'; between (2) and (3) the kept spectrum is
+    put in natural order (a Transpose), padded or cut to K1' N2' bins and laid out by k2' (a
+    second Transpose). N2 and N2' need no common factor.
     """
 
     def __init__(self, n: int, size: int, dim: int, mask: Tensor | None = None,
-                 n2: int | None = None, dtype: torch.dtype = torch.float32):
+                 n2: int | None = None, dtype: torch.dtype = torch.float32,
+                 n2_out: int | None = None):
         super().__init__()
         self.dim, self.sizes = dim, (n, size)
         if n2 is None:
             n2 = factored_split(n, size)[0]
-        if n % n2 or size % n2:
-            raise ValueError(f"N2={n2} must divide both {n} and {size}")
-        n1, m = n // n2, size // n2
+        b = n2 if n2_out is None else n2_out  # the output side's split
+        if n % n2 or size % b:
+            raise ValueError(f"N2={n2} must divide {n} and N2'={b} must divide {size}")
+        n1, m = n // n2, size // b
         keep = min(n, size) // 2 + 1
-        k1 = -(-keep // n2)
-        self.n2, self.n1, self.m, self.k1 = n2, n1, m, k1
-        c = np.zeros(k1 * n2)
+        k1, k1_out = -(-keep // n2), -(-keep // b)
+        self.n2, self.n2_out, self.n1, self.m, self.k1, self.k1_out = n2, b, n1, m, k1, k1_out
+        c = np.zeros(k1_out * b)
         c[:keep] = resample_bin_weights(n, size, None if mask is None else mask.double().numpy())
-        c = c.reshape(k1, n2).T  # (k2, k1)
-        j2, t1, q1, s1 = np.arange(n2), np.arange(n1), np.arange(k1), np.arange(m)
+        c = c.reshape(k1_out, b).T  # (k2', k1'): bin b k1' + k2'
+        j2, t1, q1 = np.arange(n2), np.arange(n1), np.arange(k1)
+        jb, qb, s1 = np.arange(b), np.arange(k1_out), np.arange(m)
         f = np.exp(-2j * np.pi * (np.outer(j2, j2) % n2) / n2)  # (k2, t2)
         # (2): (k2, t1, k1) = W_n^(t1 k2) W_N1^(t1 k1)
         g = np.exp(-2j * np.pi * ((j2[:, None, None] * t1[None, :, None]) % n) / n) * np.exp(
             -2j * np.pi * ((t1[None, :, None] * q1[None, None, :]) % n1) / n1)
-        # (3): (k2, k1, s1) = c W_size^(-k2 s1) W_M^(-k1 s1)
+        # (3): (k2', k1', s1) = c W_size^(-k2' s1) W_M^(-k1' s1)
         h = c[:, :, None] * np.exp(
-            2j * np.pi * ((j2[:, None, None] * s1[None, None, :]) % size) / size) * np.exp(
-            2j * np.pi * ((q1[None, :, None] * s1[None, None, :]) % m) / m)
-        e = np.exp(2j * np.pi * (np.outer(j2, j2) % n2) / n2)  # (s2, k2)
+            2j * np.pi * ((jb[:, None, None] * s1[None, None, :]) % size) / size) * np.exp(
+            2j * np.pi * ((qb[None, :, None] * s1[None, None, :]) % m) / m)
+        e = np.exp(2j * np.pi * (np.outer(jb, jb) % b) / b)  # (s2, k2')
         buffers = {
             "w1": np.concatenate([f.real, f.imag], axis=0),  # (2 N2, N2): rows re | im
             "w2": _complex_block(g),  # (N2, 2 N1, 2 K1)
@@ -156,19 +194,29 @@ class FactoredResample(nn.Module):
         a = x.reshape(-1, n2, n1).transpose(0, 1).reshape(n2, -1)  # (t2, lines t1)
         a = torch.matmul(self.w1, a)  # (1): (2 k2, lines t1) = re | im
         a = a.reshape(2, n2, -1, n1).permute(1, 2, 0, 3).reshape(n2, -1, 2 * n1)
-        z = torch.matmul(torch.matmul(a, self.w2), self.w3)  # (2), (3): (k2, lines, re | im s1)
-        z = z.reshape(n2, -1, 2, m).permute(2, 0, 1, 3).reshape(2 * n2, -1)  # (re | im k2, ...)
+        z = torch.matmul(a, self.w2)  # (2): (k2, lines, re | im k1)
+        b = self.n2_out
+        if b != n2:  # the spectrum in natural order k = N2 k1 + k2, then split by N2'
+            k1, k1_out = self.k1, self.k1_out
+            z = z.reshape(n2, -1, 2, k1).permute(1, 2, 3, 0).reshape(-1, 2, k1 * n2)
+            if k1_out * b > k1 * n2:
+                z = F.pad(z, (0, k1_out * b - k1 * n2))
+            elif k1_out * b < k1 * n2:  # bins from keep on carry no weight: cut
+                z = z[..., : k1_out * b]
+            z = z.reshape(-1, 2, k1_out, b).permute(3, 0, 1, 2).reshape(b, -1, 2 * k1_out)
+        z = torch.matmul(z, self.w3)  # (3): (k2', lines, re | im s1)
+        z = z.reshape(b, -1, 2, m).permute(2, 0, 1, 3).reshape(2 * b, -1)  # (re | im k2', ...)
         y = torch.matmul(self.w4, z)  # (4): (s2, lines s1)
-        y = y.reshape(n2, -1, m).transpose(0, 1).reshape(*lead, self.sizes[1])
+        y = y.reshape(b, -1, m).transpose(0, 1).reshape(*lead, self.sizes[1])
         return y.transpose(-1, -2) if self.dim == -2 else y
 
     def macs(self) -> int:
         """Real multiply-accumulates per line along the axis."""
-        return _factored_macs(*self.sizes, self.n2)
+        return _split_macs(*self.sizes, self.n2, self.n2_out)
 
     def extra_repr(self) -> str:
         return (f"{self.sizes[0]} -> {self.sizes[1]} along dim {self.dim}, "
-                f"N2={self.n2}, N1={self.n1}, M={self.m}, K1={self.k1}")
+                f"N2={self.n2}, N2'={self.n2_out}, N1={self.n1}, M={self.m}, K1={self.k1}")
 
 
 def _complex_block(w: np.ndarray) -> np.ndarray:
@@ -183,9 +231,21 @@ def resample_macs(tactic: str, n: int, size: int) -> int:
         return n * size
     if tactic == "factored":
         return factored_split(n, size)[1]
-    raise ValueError(f"unknown resampling tactic {tactic!r}; choose from dense, factored")
+    if tactic == "split":
+        return split_pair(n, size)[2]
+    raise ValueError(f"unknown resampling tactic {tactic!r}; choose from "
+                     f"{', '.join(RESAMPLE_TACTICS)}")
 
 
 def resample_candidates(n: int, size: int) -> tuple[str, ...]:
-    """The tactics worth trying: ``factored`` needs a common factor N2 > 1 of n and ``size``."""
-    return RESAMPLE_TACTICS if factored_split(n, size)[0] > 1 else ("dense",)
+    """The tactics worth trying: ``factored`` needs a common factor N2 > 1 of n and ``size``;
+    ``split`` a split on either side, and differs from ``factored`` only where the best splits of
+    the two sides differ."""
+    cands = ["dense"]
+    common = factored_split(n, size)[0]
+    if common > 1:
+        cands.append("factored")
+    a, b, _ = split_pair(n, size)
+    if max(a, b) > 1 and (a, b) != (common, common):
+        cands.append("split")
+    return tuple(cands)

@@ -9,9 +9,13 @@ every backend runs it. :data:`REGISTRY` holds them by name; which one a block ge
   ``matmul``  an FFT written with MatMul / Mul / Add / Reshape only (:class:`MatMulFFTConv`,
               four-step / Monarch layout in 1-D, one dense DFT matrix per axis in 2-D), plus a
               Pad / Slice when the length does not fill the four-step grid.
+  ``multistep`` the same MatMul FFT with three factors (:class:`MultiStepFFTConv`): on long
+              axes O(N (N1 + 2 (N2 + N3))) multiply-adds against the four-step's O(N^1.5),
+              within 5.5x of a textbook radix-2 FFT convolution's (:func:`fft_reference_macs`)
+              up to N = 8192 (the four-step: 6.7x at 1024, 11x at 4096); more, smaller MatMuls.
   ``dft``     ``torch.fft`` in the graph, exported as the ONNX ``DFT`` op (:class:`DFTConv`).
 
-All three compute the same cross-correlation as :func:`dnarch_deploy.spectral.direct_conv`. The FFT
+All four compute the same cross-correlation as :func:`dnarch_deploy.spectral.direct_conv`. The FFT
 forms use circular convolution of length N >= L + K // 2 per axis
 (:func:`dnarch_deploy.spectral.conv_fft_length`, the rule training's FFT convolution uses too),
 which is enough for the 'same' window: the wrapped-around part of the result lies outside it.
@@ -19,6 +23,7 @@ which is enough for the 'same' window: the wrapped-around part of the result lie
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -35,6 +40,7 @@ class DirectConv(nn.Module):
 
     name = "direct"
     portable = True
+    cost_weight = 1.0  # MACs x this = the by-cost policy's figure (export.policy.cheapest)
 
     def __init__(self, kernel: Tensor, size: tuple[int, ...] | None = None):
         super().__init__()  # size: a grouped convolution runs at any length
@@ -71,138 +77,273 @@ def dft_matrix(n: int) -> np.ndarray:
 
 
 def four_step_factors(length: int, taps: int) -> tuple[int, int]:
-    """(N1, N2) with N1 * N2 >= conv_fft_length(length, taps) minimising :func:`_four_step_macs`
+    """(N1, N2) with N1 * N2 >= conv_fft_length(length, taps) minimising the MatMul FFT's MACs
     (N2 = 1: one dense DFT matrix)."""
+    factors = fft_factors(length, taps, 2)
+    return factors if len(factors) == 2 else (factors[0], 1)
+
+
+# the largest later factor tried (a stage's DFT matrix is factor x factor; stage 1's is not bounded)
+MAX_STAGE_FACTOR = 64
+
+
+@functools.cache
+def fft_factors(length: int, taps: int, max_factors: int, min_factors: int = 1
+                ) -> tuple[int, ...]:
+    """Factors (N1, N2, ..., Nk), min_factors <= k <= max_factors, with N = prod >=
+    conv_fft_length(length, taps), minimising :func:`multistep_macs`: N2..Nk (2..MAX_STAGE_FACTOR,
+    non-increasing) are tried, N1 is the smallest that makes N long enough."""
     n = conv_fft_length(length, taps)
     best = None
-    for n2 in range(1, max(2, math.isqrt(n)) + 1):
-        n1 = -(-n // n2)
-        cost = _four_step_macs(length, n1, n2)
-        if best is None or cost < best[0]:
-            best = (cost, n1, n2)
-    return best[1], best[2]
+
+    def visit(later: tuple[int, ...]) -> None:
+        nonlocal best
+        if len(later) + 1 >= min_factors:
+            factors = (-(-n // math.prod(later)), *later)
+            cost = multistep_macs(length, factors)
+            if best is None or cost < best[0]:
+                best = (cost, factors)
+        if len(later) + 1 < max_factors:
+            top = min(later[-1] if later else MAX_STAGE_FACTOR, n // math.prod(later))
+            for f in range(2, top + 1):
+                if math.prod(later) * f * 2 <= n:  # N1 >= 2 left
+                    visit((*later, f))
+
+    visit(())
+    if best is None:  # too short for min_factors: as many as fit
+        return fft_factors(length, taps, max_factors, 1)
+    return best[1]
 
 
-def _four_step_macs(length: int, n1: int, n2: int) -> int:
-    """Real multiply-accumulates per channel of :class:`MatMulFFTConv` in 1-D."""
-    p, rows = n1 // 2 + 1, -(-length // n2)
-    macs = 2 * p * rows * n2 * 2  # first and last DFT (left MatMuls, real in / real out)
-    macs += 4 * p * n2  # spectrum product
-    if n2 > 1:
-        macs += 2 * 4 * p * n2 * n2 + 2 * 4 * p * n2  # second-axis DFTs and twiddles
-    return macs
+def multistep_macs(length: int, factors: tuple[int, ...]) -> int:
+    """Real multiply-accumulates per channel of :class:`MatMulFFTConv` in 1-D with these factors
+    (the closed form of what its ``macs`` counts from the operators' shapes):
+    first and last stage 2 P1 ceil(L / R1) R1 each (real input, real output; P1 = N1 // 2 + 1,
+    R1 = N / N1); each middle stage 4 Nj Q (complex; Q = P1 R1 values), forward and inverse;
+    each twiddle 4 Q, forward and inverse; the spectrum product 4 Q."""
+    n1, r1 = factors[0], math.prod(factors[1:])
+    p1, rows = n1 // 2 + 1, -(-length // r1)
+    q = p1 * r1
+    return 4 * p1 * rows * r1 + 2 * sum(4 * f * q + 4 * q for f in factors[1:]) + 4 * q
+
+
+def fft_reference_macs(n: int) -> float:
+    """Multiply-adds of a textbook FFT convolution of length n per channel, the O(N log N)
+    reference the MatMul forms are held to: a real FFT and an inverse real FFT at
+    1.25 n log2 n each (a complex radix-2 FFT's 5 n log2 n flops, halved for real data, two flops
+    per multiply-add) and the spectrum product (4 per kept bin)."""
+    return 2.5 * n * math.log2(max(n, 2)) + 4 * (n // 2 + 1)
 
 
 class MatMulFFTConv(nn.Module):
     """Depthwise 'same' cross-correlation as an FFT made of MatMul / Mul / Add / Reshape.
 
-    The input is viewed as a matrix A (rows x cols): 1-D, the padded sequence reshaped to
-    (ceil(L / N2), N2) (four-step: n = N2 n1 + n2); 2-D, the image itself. Then
-        spectrum = (F_rows @ A) * twiddle @ F_cols      (complex, as separate re / im tensors)
-        result   = Re(F_rows' @ ((spectrum * G) @ F_cols') * twiddle')
-    with G the filter's spectrum. x is real, so only the rows k1 <= N1 / 2 of the first DFT are
-    kept (Hermitian symmetry) and the last MatMul weights them 1 or 2. Padding is folded into the
-    DFT matrices, and so is the crop back to L.
+    1-D: the sequence, zero-padded to N = N1 N2 ... Nk (:func:`fft_factors`, at most
+    ``max_factors``), is viewed as an array with axes t1, t2, ..., tk (row-major, t1 slowest) and
+    transformed one axis at a time (multi-step Cooley-Tukey, the four-step / Monarch layout for
+    k = 2, one dense DFT matrix for k = 1): stage j is a DFT along axis j followed by the twiddle
+    W_Mj^(kj t') (Mj = Nj ... Nk, t' the index over the later axes). Stage 1 multiplies from the
+    left; every later stage first moves t_j to the last axis (a Transpose, none for k = 2) and
+    multiplies from the right, one large MatMul over all other axes, which leaves k_j last. The
+    spectrum comes out in digit-reversed order k = k1 + N1 k2 + N1 N2 k3 + ..., which is the
+    order the filter's spectrum G is stored in, and the inverse runs the stages backwards with
+    conjugate matrices and twiddles. x is real, so only k1 <= N1 / 2 is kept (Hermitian
+    symmetry) and the last MatMul weights those rows 1 or 2 and takes the real part; the zero
+    padding and the crop back to L are folded into the first and last DFT matrices.
+
+    2-D: one dense DFT matrix per axis (the image itself is the matrix).
     """
 
     name = "matmul"
     portable = True
+    cost_weight = 1.0
+    max_factors = 2  # four-step: the best of one dense matrix and two factors
 
     def __init__(self, kernel: Tensor, size: tuple[int, ...]):
         super().__init__()
         k = kernel.detach().double().numpy()
         taps, channels = tuple(kernel.shape[1:]), kernel.shape[0]
-        self.taps = taps
+        self.taps, self.channels = taps, channels
         self.length = size[0] if len(size) == 1 else None  # 1-D: pad/reshape/crop around it
+        buffers: dict[str, np.ndarray] = {}
         if len(size) == 1:
-            n1, n2 = four_step_factors(size[0], taps[0])
-            rows_in = -(-size[0] // n2)
-            self.grid = (rows_in, n2)
-            self.pad = rows_in * n2 - size[0]
-            g = np.fft.fft(circular_kernel(k, (n1 * n2,)), axis=-1)  # (C, N), k = k1 + N1 k2
-            spec = g.reshape(channels, n2, n1).transpose(0, 2, 1)  # (C, N1, N2)
-            f_rows = dft_matrix(n1)[:, :rows_in]  # (N1, rows): over n1
-            f_cols = dft_matrix(n2)  # over n2
-            j1, j2 = np.arange(n1)[:, None], np.arange(n2)[None, :]
-            twiddle = np.exp(-2j * np.pi * ((j1 * j2) % (n1 * n2)) / (n1 * n2)) if n2 > 1 else None
-            scale = n1 * n2
+            factors = fft_factors(size[0], taps[0], self.max_factors)
+            n1, n = factors[0], math.prod(factors)
+            r1 = n // n1
+            rows_in = -(-size[0] // r1)
+            self.grid, self.pad = (rows_in, r1), rows_in * r1 - size[0]
+            g = np.fft.fft(circular_kernel(k, (n,)), axis=-1)  # (C, N) in natural order
+            # digit-reversed: (C, Nk, ..., N1) row-major is k = k1 + N1 k2 + ..., reversed axes
+            spec = g.reshape(channels, *factors[::-1]).transpose(0, *range(len(factors), 0, -1))
+            f_rows, scale = dft_matrix(n1)[:, :rows_in], n
+            p = n1 // 2 + 1
+            spec = spec[:, :p].reshape(channels, p, r1)  # (C, P1, R1): k_2 .. k_k row-major
+            for j in range(1, len(factors)):  # twiddle after stage j: (P1, R1), (Rj, 1, Nj)
+                m, nj = math.prod(factors[j - 1:]), factors[j - 1]
+                kj = np.arange(p if j == 1 else nj)[:, None]
+                tw = np.exp(-2j * np.pi * ((kj * np.arange(m // nj)[None, :]) % m) / m)
+                buffers.update(_complex(f"t{j}", tw if j == 1 else tw.T[:, None, :]))
+            for j in range(2, len(factors) + 1):  # stage j's DFT (symmetric: left or right)
+                buffers.update(_complex(f"d{j}", dft_matrix(factors[j - 1])))
+            self.factors = factors
         else:
             (h, w), (th, tw) = size, taps
             n1, n2 = conv_fft_length(h, th), conv_fft_length(w, tw)
-            self.grid, self.pad = (h, w), 0
+            self.grid, self.pad, self.factors = (h, w), 0, (n1, n2)
             spec = np.fft.fft2(circular_kernel(k, (n1, n2)))  # (C, N1, N2)
-            f_rows = dft_matrix(n1)[:, :h]
-            f_cols = dft_matrix(n2)[:w, :]  # (W, N2): zero padding folded in
-            twiddle, scale = None, n1 * n2
-        p = n1 // 2 + 1  # kept rows of the first DFT
+            f_rows, scale = dft_matrix(n1)[:, :h], n1 * n2
+            p = n1 // 2 + 1
+            spec = spec[:, :p]
+            # (W, N2) with the zero padding folded in, and its inverse (N2, W)
+            buffers.update(_complex("c", dft_matrix(n2)[:w, :]))
+            buffers.update(_complex("i", np.conj(dft_matrix(n2)).T[:, :w]))
         weight = np.where((np.arange(p) == 0) | (2 * np.arange(p) == n1), 1.0, 2.0)
         rows_out = f_rows.shape[1]
         back = (np.conj(f_rows[:p, :rows_out]).T * weight) / scale  # (rows, P)
-        self.has_cols = n2 > 1 or len(size) == 2
-        buffers = {
+        buffers.update({
             "f_re": f_rows[:p].real, "f_im": f_rows[:p].imag,  # (P, rows)
-            "g_re": spec[:, :p].real, "g_im": spec[:, :p].imag, "g_imn": -spec[:, :p].imag,
             "b_re": back.real, "b_imn": -back.imag,  # (rows, P)
-        }
-        if self.has_cols:
-            inv = np.conj(f_cols).T  # (N2, cols)
-            buffers.update({
-                "c_re": f_cols.real, "c_im": f_cols.imag, "c_imn": -f_cols.imag,
-                "i_re": inv.real, "i_im": inv.imag, "i_imn": -inv.imag,
-            })
-        if twiddle is not None:
-            buffers.update({"t_re": twiddle[:p].real, "t_im": twiddle[:p].imag,
-                            "t_imn": -twiddle[:p].imag})
-        self.has_twiddle = twiddle is not None
-        for name, value in buffers.items():
-            self.register_buffer(name, torch.from_numpy(np.ascontiguousarray(value)).float())
-        self.n = (n1, n2)
-        self.channels = channels
+        })
+        buffers.update(_complex("g", spec))
+        dtype = torch.float64 if kernel.dtype == torch.float64 else torch.float32
+        for name, value in buffers.items():  # float64 kernel: float64 operators (tests)
+            self.register_buffer(name, torch.from_numpy(np.ascontiguousarray(value)).to(dtype))
+        self.n = tuple(int(f) for f in self.factors)
+        self.stages = len(self.factors) if self.length is not None else 1
+
+    def _stage(self, j: int) -> tuple[int, int, int]:
+        """1-D stage j >= 2: (Nj, Rj, Qj). Before it the spectrum is laid out (B, C, P1, t_j ..
+        t_k, k_2 .. k_{j-1}): Rj = N_{j+1} ... Nk time indices after t_j, Qj = N2 ... N_{j-1}
+        frequency indices done."""
+        f = self.factors
+        return f[j - 1], math.prod(f[j:]), math.prod(f[1:j - 1])
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.length is not None:  # 1-D: (B, C, L) -> (B, C, rows, N2)
-            if self.pad:
-                x = F.pad(x, (0, self.pad))
-            x = x.reshape(-1, self.channels, *self.grid)
-        re, im = torch.matmul(self.f_re, x), torch.matmul(self.f_im, x)  # (B, C, P, cols)
-        if self.has_twiddle:
-            re, im = re * self.t_re + im * self.t_imn, re * self.t_im + im * self.t_re
-        if self.has_cols:
-            re, im = re @ self.c_re + im @ self.c_imn, re @ self.c_im + im @ self.c_re
-        re, im = re * self.g_re + im * self.g_imn, re * self.g_im + im * self.g_re
-        if self.has_cols:
-            re, im = re @ self.i_re + im @ self.i_imn, re @ self.i_im + im @ self.i_re
-        if self.has_twiddle:  # conjugate twiddle
-            re, im = re * self.t_re + im * self.t_im, im * self.t_re + re * self.t_imn
-        y = torch.matmul(self.b_re, re) + torch.matmul(self.b_imn, im)  # (B, C, rows, cols)
-        if self.length is not None:
-            y = y.reshape(-1, self.channels, self.grid[0] * self.grid[1])
-            if self.pad:
-                y = y[..., : self.length]
-        return y
+        if self.length is None:
+            return self._forward_2d(x)
+        if self.pad:
+            x = F.pad(x, (0, self.pad))
+        c, p = self.channels, self.f_re.shape[0]
+        x = x.reshape(-1, c, *self.grid)  # (B, C, rows, R1)
+        re, im = torch.matmul(self.f_re, x), torch.matmul(self.f_im, x)  # (B, C, P1, R1)
+        k = len(self.factors)
+        if k > 1:
+            re, im = _cmul(re, im, *self._c("t1"))
+        for j in range(2, k + 1):  # t_j to the last axis, its DFT from the right, twiddle j
+            nj, rj, qj = self._stage(j)
+            re, im = (_last(z.reshape(-1, c, p, nj, rj * qj)) for z in (re, im))
+            re, im = _cmatmul(re, im, *self._c(f"d{j}"), right=True)  # (.., t_j+1.., k_2..k_j)
+            if j < k:
+                re, im = re.reshape(-1, c, p, rj, qj, nj), im.reshape(-1, c, p, rj, qj, nj)
+                re, im = _cmul(re, im, *self._c(f"t{j}"))
+        re, im = re.reshape(-1, c, p, self.grid[1]), im.reshape(-1, c, p, self.grid[1])
+        re, im = _cmul(re, im, *self._c("g"))  # (B, C, P1, R1): the filter, k_2..k_k order
+        for j in range(k, 1, -1):  # the forward stages undone, conjugate
+            nj, rj, qj = self._stage(j)
+            if j < k:
+                re, im = re.reshape(-1, c, p, rj, qj, nj), im.reshape(-1, c, p, rj, qj, nj)
+                re, im = _cmul(re, im, *self._c(f"t{j}", conj=True))
+            re, im = re.reshape(-1, c, p, rj * qj, nj), im.reshape(-1, c, p, rj * qj, nj)
+            re, im = _cmatmul(re, im, *self._c(f"d{j}", conj=True), right=True)
+            re, im = _last(re), _last(im)  # (B, C, P1, t_j, t_j+1.., k_2..k_j-1)
+        if k > 1:
+            re, im = re.reshape(-1, c, p, self.grid[1]), im.reshape(-1, c, p, self.grid[1])
+            re, im = _cmul(re, im, *self._c("t1", conj=True))
+        y = torch.matmul(self.b_re, re) + torch.matmul(self.b_imn, im)  # (B, C, rows, R1)
+        y = y.reshape(-1, c, self.grid[0] * self.grid[1])
+        return y[..., : self.length] if self.pad else y
+
+    def _forward_2d(self, x: Tensor) -> Tensor:
+        re, im = torch.matmul(self.f_re, x), torch.matmul(self.f_im, x)  # (B, C, P, W)
+        re, im = _cmatmul(re, im, *self._c("c"), right=True)  # (B, C, P, N2)
+        re, im = _cmul(re, im, *self._c("g"))
+        re, im = _cmatmul(re, im, *self._c("i"), right=True)  # (B, C, P, W)
+        return torch.matmul(self.b_re, re) + torch.matmul(self.b_imn, im)
+
+    def _c(self, name: str, conj: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """(re, im, -im) of complex buffer ``name``; conj: of its conjugate."""
+        re, im, imn = (getattr(self, f"{name}_{s}") for s in ("re", "im", "imn"))
+        return (re, imn, im) if conj else (re, im, imn)
 
     @classmethod
     def theoretical_macs(cls, channels: int, size: tuple[int, ...],
                          taps: tuple[int, ...]) -> float:
-        """:meth:`macs` of the module a kernel of these sizes gets."""
+        """:meth:`macs` of the module a kernel of these sizes gets; 1-D, the closed form
+        :func:`multistep_macs` (checked equal in tests)."""
+        if len(size) == 1:
+            return float(channels * multistep_macs(size[0], fft_factors(size[0], taps[0],
+                                                                         cls.max_factors)))
         return cls(torch.zeros(channels, *taps), size).macs()
 
     def macs(self) -> float:
         """Real multiply-accumulates per sample, counted from the operators' shapes."""
-        p, rows = self.f_re.shape
+        p, rows_in = self.f_re.shape
+        rows_out = self.b_re.shape[0]
         cols = self.grid[1]
-        macs = 2 * p * rows * cols + 2 * p * rows * cols  # first and last MatMuls
-        q = self.g_re.shape[-1]
-        macs += 4 * p * q
-        if self.has_cols:
-            macs += 4 * p * cols * q * 2
-        if self.has_twiddle:
-            macs += 2 * 4 * p * q
+        macs = 2 * p * rows_in * cols + 2 * rows_out * p * cols  # first and last MatMuls
+        q = self.g_re[0].numel()  # complex values per channel after the first stage
+        macs += 4 * q  # the filter
+        if self.length is not None:
+            for j in range(2, len(self.factors) + 1):
+                macs += 2 * 4 * q * self.factors[j - 1] + 2 * 4 * q  # DFT j and twiddle j - 1
+        else:
+            macs += 2 * 4 * q * cols  # the DFTs along the second axis, (W, N2) and (N2, W)
         return float(self.channels * macs)
 
     def extra_repr(self) -> str:
-        kind = "four-step" if self.has_twiddle else ("dense" if self.length else "2-D dense")
+        kind = ("2-D dense" if self.length is None else
+                {1: "dense", 2: "four-step"}.get(len(self.factors), f"{len(self.factors)}-step"))
         return f"channels={self.channels}, N={self.n}, {kind}, pad={self.pad}"
+
+
+class MultiStepFFTConv(MatMulFFTConv):
+    """:class:`MatMulFFTConv` with up to three factors (N1 N2 N3): fewer multiply-adds on long
+    axes (O(N (N1 + 2 (N2 + N3) + 4)) against the four-step's O(N^1.5)), one more stage (a
+    Transpose, a MatMul and a twiddle each way). 2-D as :class:`MatMulFFTConv`.
+
+    Three, not more: in onnxruntime on CPU each stage's Transpose and twiddle are memory-bound
+    passes that cost more than the multiply-adds a further factor saves (measured, L = 1024 and
+    4096, 64 channels, 1 thread: four factors 1.8x slower than three at batch 1 and 16). A
+    prime-factor (Good-Thomas) form, which has no twiddles, was slower still: its index Gathers and
+    its Transposes with 2..7-wide inner axes ran at ~1 GB/s in onnxruntime.
+    """
+
+    name = "multistep"
+    max_factors = 3
+    # its stages are narrower MatMuls plus memory-bound Transposes and twiddles: in onnxruntime on
+    # CPU about 3x (batch 1) to 4x (batch 16) slower per multiply-add than the four-step's two
+    # large MatMuls (measured, L=1024 and 4096, 64 channels, 1 thread); so without timing it is
+    # chosen only where its MACs are 3x fewer
+    cost_weight = 3.0
+
+    def same_as(self, other: nn.Module) -> bool:
+        """Whether ``other`` (a :class:`MatMulFFTConv`) is the very same lowering."""
+        return isinstance(other, MatMulFFTConv) and self.n == other.n
+
+
+def _last(z: Tensor) -> Tensor:
+    """Swap the last two axes (a Reshape, no Transpose in the graph, when either is 1)."""
+    if 1 in z.shape[-2:]:
+        return z.reshape(-1, *z.shape[1:-2], z.shape[-1], z.shape[-2])  # batch: any
+    return z.transpose(-1, -2)
+
+
+def _complex(name: str, value: np.ndarray) -> dict[str, np.ndarray]:
+    return {f"{name}_re": value.real, f"{name}_im": value.imag, f"{name}_imn": -value.imag}
+
+
+def _cmul(re: Tensor, im: Tensor, w_re: Tensor, w_im: Tensor, w_imn: Tensor
+          ) -> tuple[Tensor, Tensor]:
+    """(re + i im) * (w_re + i w_im), elementwise (broadcast)."""
+    return re * w_re + im * w_imn, re * w_im + im * w_re
+
+
+def _cmatmul(re: Tensor, im: Tensor, w_re: Tensor, w_im: Tensor, w_imn: Tensor,
+             right: bool) -> tuple[Tensor, Tensor]:
+    """(re + i im) @ W (right) or W @ (re + i im)."""
+    if right:
+        return re @ w_re + im @ w_imn, re @ w_im + im @ w_re
+    return w_re @ re + w_imn @ im, w_im @ re + w_re @ im
 
 
 def fft_size(length: int, taps: int) -> int:
@@ -217,6 +358,7 @@ class DFTConv(nn.Module):
 
     name = "dft"
     portable = False
+    cost_weight = math.inf  # only ever chosen by measurement
 
     def __init__(self, kernel: Tensor, size: tuple[int, ...]):
         super().__init__()
@@ -242,8 +384,21 @@ class DFTConv(nn.Module):
         return f"channels={self.g.shape[0]}, N={self.n}"
 
 
+def distinct_tactics(kernel: Tensor, size: tuple[int, ...],
+                     tactics: tuple[str, ...] | None = None) -> dict[str, nn.Module]:
+    """The lowered module under each tactic, leaving out one that is the same lowering as an
+    earlier tactic's (multistep where its best factorisation has at most two factors)."""
+    mods: dict[str, nn.Module] = {}
+    for name in tactics or TACTICS:
+        module = make_conv(name, kernel, size)
+        same = getattr(module, "same_as", None)
+        if same is None or not any(same(m) for m in mods.values()):
+            mods[name] = module
+    return mods
+
+
 REGISTRY: dict[str, type[nn.Module]] = {
-    t.name: t for t in (DirectConv, MatMulFFTConv, DFTConv)
+    t.name: t for t in (DirectConv, MatMulFFTConv, MultiStepFFTConv, DFTConv)
 }
 TACTICS = tuple(REGISTRY)  # in order of preference: ties go to the first
 PORTABLE = tuple(name for name, t in REGISTRY.items() if t.portable)  # no DFT op

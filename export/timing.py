@@ -158,3 +158,39 @@ def layer_latency(
     """Milliseconds per layer sub-model (:func:`layer_models`) at one batch size."""
     fns = [runner(session(sub, threads), random_feeds(sub, batch, vocab)) for sub in subs.values()]
     return dict(zip(subs, measure(fns, repeats)))
+
+
+# --- the MatMul ceiling ---------------------------------------------------------------------------
+
+CEILING_SHAPE = (512, 512, 512)  # (M, K, N): one float32 GEMM, large enough for MLAS's best
+
+
+def matmul_model(m: int, k: int, n: int) -> onnx.ModelProto:
+    """A one-node ONNX graph: y = a @ w, a (M, K) input, w a (K, N) initializer."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((k, n)).astype(np.float32),
+                                "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w"], ["y"])], "ceiling",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+
+
+def matmul_ceiling(threads: int, repeats: int = 20, shape: tuple[int, int, int] = CEILING_SHAPE
+                   ) -> dict:
+    """GFLOP/s (2 flops per multiply-add) of one large float32 MatMul in onnxruntime with these
+    threads: what the exported model's MatMuls could reach at best on this machine, measured in
+    the same run as the model."""
+    m, k, n = shape
+    model = matmul_model(m, k, n)
+    t = measure([runner(session(model, threads), random_feeds(model, 1))], repeats)[0]
+    return {"gflops": 2 * m * k * n / (t["median_ms"] * 1e-3) / 1e9, "shape": [m, k, n],
+            "threads": threads, "median_ms": t["median_ms"]}
+
+
+def achieved_gflops(macs_per_sample: float, batch: int, ms: float) -> float:
+    """GFLOP/s of a model doing ``macs_per_sample`` multiply-adds per sample (2 flops each) on
+    ``batch`` samples in ``ms`` milliseconds."""
+    return 2 * macs_per_sample * batch / (ms * 1e-3) / 1e9

@@ -19,7 +19,7 @@ from .emit import to_onnx
 from .lowering import block_resolution, lower, resample_axes
 from .resampling import lower_resample, resample_candidates
 from .static import StaticNet
-from .tactics import TACTICS, make_conv
+from .tactics import TACTICS, conv_macs, distinct_tactics
 from .timing import (
     layer_boundaries,
     layers,
@@ -31,6 +31,23 @@ from .timing import (
     sub_model,
 )
 
+# A portable tactic with this many times the theoretical MACs of the cheapest portable one is not
+# timed: a direct convolution with a global kernel on a long axis would take seconds per call at
+# batch 32, and is never the fastest there (L=1024, K=1023, 64 channels: 6.8x the multi-step
+# form's MACs, 25x the four-step's latency in onnxruntime)
+MAX_MAC_RATIO = 6.0
+
+
+def worth_timing(mods: dict[str, nn.Module], block) -> dict[str, nn.Module]:
+    """The candidates of one block worth timing: all but portable tactics whose theoretical MACs
+    exceed MAX_MAC_RATIO times the cheapest portable tactic's."""
+    size, taps = block_resolution(block), tuple(block.conv.kernel.shape[1:])
+    macs = {t: conv_macs(t, block.n_in, size, taps) for t, m in mods.items()
+            if getattr(m, "portable", False)}
+    least = min(macs.values(), default=0.0)
+    return {t: m for t, m in mods.items() if macs.get(t, 0.0) <= MAX_MAC_RATIO * least
+            or t not in macs}
+
 
 class Candidates(nn.Module):
     """Block b's input (B, n_in, *R) -> every tactic's output, for all blocks at once."""
@@ -40,9 +57,11 @@ class Candidates(nn.Module):
         self.keys = []
         convs = {}
         for b, block in enumerate(static.blocks):
-            for tactic in tactics:
+            mods = worth_timing(distinct_tactics(block.conv.kernel, block_resolution(block),
+                                                 tactics), block)
+            for tactic, module in mods.items():
                 key = f"b{b}_{tactic}"
-                convs[key] = make_conv(tactic, block.conv.kernel, block_resolution(block))
+                convs[key] = module
                 self.keys.append((b, key))
         self.convs = nn.ModuleDict(convs)
 
@@ -57,7 +76,10 @@ def measure_tactics(
     repeats: int = 20,
     tactics: tuple[str, ...] = TACTICS,
 ) -> list[dict[str, dict[str, float]]]:
-    """Per block, per tactic: onnxruntime latency of the convolution alone (ms)."""
+    """Per block, per tactic: onnxruntime latency of the convolution alone (ms); a tactic that
+    would be the same lowering as an earlier one (:func:`export.tactics.distinct_tactics`), or
+    that needs more than MAX_MAC_RATIO times the fewest MACs (:func:`worth_timing`), is left out
+    of that block's entry."""
     if not static.blocks:
         return []
     wrapper = Candidates(static, tactics).eval()
@@ -68,11 +90,11 @@ def measure_tactics(
     groups = layers(model)
     results: list[dict[str, dict[str, float]]] = []
     for b in progress(range(len(static.blocks)), desc="tune tactics"):
-        fns = []
-        for tactic in tactics:
+        fns, names = [], [key.split("_", 1)[1] for bb, key in wrapper.keys if bb == b]
+        for tactic in names:
             sub = sub_model(model, *layer_boundaries(model, groups[f"convs.b{b}_{tactic}"]))
             fns.append(runner(session(sub, threads), random_feeds(sub, batch)))
-        results.append(dict(zip(tactics, measure(fns, repeats))))
+        results.append(dict(zip(names, measure(fns, repeats))))
     return results
 
 

@@ -23,7 +23,7 @@ SEARCH_2D = ["--task", "darcy", "--task-option", "size=17", "--task-option", "n_
              "--width", "4", "--batch-size", "8", "--epochs", "2",
              "--eval-batch-size", "16"]
 # a quick export: tactics by the cost model, few timing repeats, small calibration/test sets
-EXPORT = ["--no-tune", "--no-torchscript", "--repeats", "3", "--bench-batch", "4",
+EXPORT = ["--no-tune", "--no-torchscript", "--repeats", "3", "--batch", "1", "--batch", "4",
           "--test-samples", "64", "--calibration-samples", "128"]
 
 GUNPOINT, DARCY, DAMAGED, TRAINING = "gunpoint", "darcy", "damaged", "training"

@@ -21,8 +21,9 @@ def entry(theoretical: float, paper: float, ms: float | None, tactic: str | None
 
 REPORT = {
     "schema": "dnarch-export",
-    "version": 1,
+    "version": 2,
     "tactics": ["direct"],
+    "tuning": {"by": "measured", "batches": [1, 4], "threads": 1},
     "equivalence": {"static": {"max_abs": 1e-7, "max_rel": 2e-7}},
     "tolerance": 1e-4,
     "ops": {"Conv": 1, "MatMul": 4},
@@ -32,8 +33,10 @@ REPORT = {
         "batches": [1, 4],
         "layers": {"encoder": entry(10, 12, 0.1), "blocks.0": entry(20, 25, 0.2, "direct"),
                    "decoder": entry(5, 5, None)},
-        "total": entry(35, 42, 0.4),
+        "total": {**entry(35, 42, 0.4), "achieved_gflops_by_batch": {"1": 0.2, "4": 0.6}},
         "eager": {"trained_ms": {"1": 1.0, "4": 2.0}},
+        "ceiling": {"gflops": 40.0, "shape": [512, 512, 512], "threads": 1,
+                    "fraction_by_batch": {"1": 0.005, "4": 0.015}},
     },
     "options": {},
 }
@@ -52,6 +55,15 @@ def test_a_report_as_export_writes_it_reads_back(tmp_path):
     assert read_report(write(tmp_path, unbenchmarked))["latency"] is None
 
 
+def test_a_version_1_report_still_reads(tmp_path):
+    """Version 1 (before tuning batches and the ceiling) reads back without those fields."""
+    old = copy.deepcopy(REPORT)
+    old["version"] = 1
+    del old["tuning"], old["latency"]["ceiling"]
+    del old["latency"]["total"]["achieved_gflops_by_batch"]
+    assert read_report(write(tmp_path, old)) == old
+
+
 def damaged(change) -> dict:
     report = copy.deepcopy(REPORT)
     change(report)
@@ -60,7 +72,14 @@ def damaged(change) -> dict:
 
 CASES = {
     "schema": (lambda r: r.update(schema="other"), r"field 'schema' must be 'dnarch-export'"),
-    "version": (lambda r: r.update(version=2), r"field 'version' is 2; .* export version 1"),
+    "version": (lambda r: r.update(version=3), r"field 'version' is 3; .* export version 2"),
+    "tuning": (lambda r: r.pop("tuning"), r"field 'tuning' must be an object \(missing\)"),
+    "tuning-batches": (lambda r: r["tuning"].update(batches="32"),
+                       r"field 'tuning.batches' must be a list of batch sizes or null"),
+    "ceiling": (lambda r: r["latency"].pop("ceiling"),
+                r"field 'latency.ceiling' must be an object \(missing\)"),
+    "gflops": (lambda r: r["latency"]["total"]["achieved_gflops_by_batch"].pop("4"),
+               r"field 'latency.total.achieved_gflops_by_batch.4' must be a number"),
     "missing": (lambda r: r.pop("ops"), r"missing field 'ops'"),
     "equivalence": (lambda r: r["equivalence"]["static"].update(max_rel="small"),
                     r"field 'equivalence.static.max_rel' must be a number"),

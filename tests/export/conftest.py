@@ -18,7 +18,7 @@ from filelock import FileLock
 TINY_SEARCH = ["--task", "ucr:GunPoint", "--depth", "2", "--width", "4", "--batch-size", "16",
                "--epochs", "2", "--eval-batch-size", "64"]
 # export with tuned tactics and a short benchmark
-FAST_EXPORT = ["--repeats", "3", "--bench-batch", "4", "--test-samples", "64"]
+FAST_EXPORT = ["--repeats", "3", "--batch", "1", "--batch", "4", "--test-samples", "64"]
 
 
 def quiet_env() -> dict[str, str]:

@@ -10,11 +10,14 @@ from dnarch_deploy import DNArch, ModelConfig
 from dnarch_deploy import masks as M
 
 
-def random_config(rng: random.Random, sample_norm: bool = False) -> ModelConfig:
+def random_config(rng: random.Random, sample_norm: bool = False, long: bool = False
+                  ) -> ModelConfig:
     """Tiny sizes: L <= 64 (1-D), S <= 12 x 12 (2-D), H <= 8; every kind of input and output;
-    ``sample_norm``: inputs standardised per sample (not for tokens)."""
-    two_d = rng.random() < 0.35
-    size = (rng.randint(5, 12), rng.randint(5, 12)) if two_d else (rng.randint(8, 64),)
+    ``sample_norm``: inputs standardised per sample (not for tokens); ``long``: 1-D, L in
+    1024..2100 (the lowerings of long axes)."""
+    two_d = not long and rng.random() < 0.35
+    length = rng.randint(1024, 2100) if long else rng.randint(8, 64)
+    size = (rng.randint(5, 12), rng.randint(5, 12)) if two_d else (length,)
     tokens = not two_d and rng.random() < 0.2
     dense = rng.random() < 0.35
     out = rng.randint(1, 3) if dense else rng.randint(2, 5)
@@ -81,10 +84,10 @@ def randomize_weights(model: DNArch, rng: random.Random) -> None:
                 m.calibrated.fill_(True)
 
 
-def random_model(seed: int) -> DNArch:
+def random_model(seed: int, long: bool = False) -> DNArch:
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    model = DNArch(random_config(rng, sample_norm=seed % 3 == 2))  # every third seed
+    model = DNArch(random_config(rng, sample_norm=seed % 3 == 2, long=long))  # every third seed
     randomize_masks(model, rng)
     randomize_weights(model, rng)
     return model.eval()

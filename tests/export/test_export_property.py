@@ -28,9 +28,12 @@ from export.timing import session
 
 from .export_cases import random_input, random_model
 
-# 50 architectures in 5 exports: 4 x 11 through the legacy exporter, 6 through dynamo
+# 50 architectures in 5 exports: 4 x 11 through the legacy exporter, 6 through dynamo; then 4 on
+# long inputs (L = 1024 .. 2100), legacy exporter
 GROUPS = [range(1000 + 11 * g, 1011 + 11 * g) for g in range(4)] + [range(1044, 1050)]
+GROUPS += [range(2000, 2004)]
 DYNAMO_GROUPS = {4}
+LONG_GROUPS = {5}
 TOLERANCE = 1e-4
 
 
@@ -61,9 +64,9 @@ def legacy_onnx(module: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> o
 @pytest.mark.parametrize("group", range(len(GROUPS)))
 def test_trained_static_onnxruntime_agree(group):
     seeds = GROUPS[group]
-    models = [random_model(seed) for seed in seeds]
+    models = [random_model(seed, long=group in LONG_GROUPS) for seed in seeds]
     rng = random.Random(group)
-    tactics = TACTICS if group in DYNAMO_GROUPS else ("direct", "matmul")
+    tactics = TACTICS if group in DYNAMO_GROUPS else ("direct", "matmul", "multistep")
     nets = []
     for model in models:
         static = materialize(model, freeze(model))
@@ -86,23 +89,35 @@ def test_trained_static_onnxruntime_agree(group):
 def test_cases_cover_the_interesting_architectures():
     """The random cases include what the issue lists (checked, so the property means it)."""
     seen = set()
-    assert sum(len(g) for g in GROUPS) >= 50
-    for seed in (seed for group in GROUPS for seed in group):
-        model = random_model(seed)
-        c, plan = model.config, model.plan()
-        seen.add("2d" if len(c.input_size) == 2 else "1d")
-        seen.add("dense" if c.dense else "global")
-        seen.add("tokens") if c.vocab_size else None
-        if len(plan.blocks) < c.max_depth:
-            seen.add("removed blocks")
-        for p in plan.blocks:
-            if any(4 * r <= s for r, s in zip(p.resolution, c.input_size)):
-                seen.add("heavy downsampling")
-            if all(h == 0 for h in p.half_taps) or max(p.half_taps) == 1:
-                seen.add("tiny kernel")
-            if all(2 * h + 1 >= r - 1 for h, r in zip(p.half_taps, p.resolution)):
-                seen.add("global kernel")
-            if p.n_in < plan.stream or p.n_out < plan.stream:
-                seen.add("narrow block")
+    assert sum(len(g) for i, g in enumerate(GROUPS) if i not in LONG_GROUPS) >= 50
+    for i, group in enumerate(GROUPS):
+        for seed in group:
+            seen |= _features(random_model(seed, long=i in LONG_GROUPS))
     assert seen >= {"1d", "2d", "dense", "global", "tokens", "removed blocks",
-                    "heavy downsampling", "tiny kernel", "global kernel", "narrow block"}
+                    "heavy downsampling", "tiny kernel", "global kernel", "narrow block",
+                    "L >= 1024", "long global kernel"}
+
+
+def _features(model) -> set[str]:
+    """What of the issue's list one random architecture covers."""
+    seen = set()
+    c, plan = model.config, model.plan()
+    seen.add("2d" if len(c.input_size) == 2 else "1d")
+    seen.add("dense" if c.dense else "global")
+    seen.add("tokens") if c.vocab_size else None
+    if len(plan.blocks) < c.max_depth:
+        seen.add("removed blocks")
+    for p in plan.blocks:
+        if any(4 * r <= s for r, s in zip(p.resolution, c.input_size)):
+            seen.add("heavy downsampling")
+        if all(h == 0 for h in p.half_taps) or max(p.half_taps) == 1:
+            seen.add("tiny kernel")
+        if all(2 * h + 1 >= r - 1 for h, r in zip(p.half_taps, p.resolution)):
+            seen.add("global kernel")
+        if p.n_in < plan.stream or p.n_out < plan.stream:
+            seen.add("narrow block")
+        if max(p.resolution) >= 512 and max(p.half_taps) >= 256:
+            seen.add("long global kernel")
+    if max(c.input_size) >= 1024:
+        seen.add("L >= 1024")
+    return seen

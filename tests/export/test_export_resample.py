@@ -21,6 +21,7 @@ from export.resampling import (
     resample_bin_weights,
     resample_candidates,
     resample_macs,
+    split_pair,
 )
 from export.static import Resample
 from export.timing import session
@@ -155,7 +156,7 @@ def test_choice_by_cost_keeps_short_axes_dense():
     assert cheapest_resample(1024, 1024) == "factored"
     assert cheapest_resample(28, 14) == "dense"
     assert cheapest_resample(256, 64) == "dense"
-    assert resample_candidates(97, 50) == ("dense",)  # no common factor
+    assert resample_candidates(97, 50) == ("dense", "split")  # no common factor
     assert factored_split(1024, next_fast_len(65))[0] > 1
 
 
@@ -202,3 +203,69 @@ def test_network_with_every_resampling_factored_computes_the_trained_model(seed)
                 expected += lines * (resample_macs("factored", n, m) - resample_macs("dense", n, m))
                 shape[dim] = m
     assert diff == pytest.approx(expected)
+
+
+# lengths with no good common factor: the model's fast lengths on 1024-, 1460-, 1344- and
+# 4096-sample axes (next_fast_len(2 bins - 1)), down and up
+SPLIT_CASES = [(1024, 540, True), (540, 1024, False), (4096, 1080, True), (1080, 4096, False),
+               (1460, 375, True), (1344, 675, True), (97, 50, True), (30, 45, False)]
+
+
+@pytest.mark.parametrize(("n", "size", "masked"), SPLIT_CASES)
+@pytest.mark.parametrize("dim", [-1, -2])
+def test_split_resample_is_exact_in_float64(n, size, masked, dim):
+    """Separate splits for the two sides (split_pair), the spectrum re-laid out between them."""
+    mask = _mask(n, size, masked, n * 7 + size)
+    shape = (2, 3, n, 4) if dim == -2 else (2, 3, 4, n)
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(n), dtype=torch.float64)
+    ref = resample(x, size, dim=dim, mask=mask)
+    a, b, macs = split_pair(n, size)
+    assert n % a == 0 and size % b == 0
+    module = FactoredResample(n, size, dim, mask, n2=a, n2_out=b, dtype=torch.float64)
+    out = module(x)
+    assert out.shape == ref.shape
+    assert float((out - ref).abs().max() / ref.abs().max()) < 1e-10
+    assert module.macs() == macs == resample_macs("split", n, size)
+
+
+def test_split_resample_macs_closed_form():
+    """(1) 2 N2 n + (2) 4 n K1 + (3) 4 K1' size + (4) 2 N2' size, K1 = ceil(keep / N2), counted
+    from the MatMuls' weights (each entry used once per row it multiplies)."""
+    n, size = 1024, 540
+    a, b, macs = split_pair(n, size)
+    keep = 271
+    assert macs == 2 * a * n + 4 * n * -(-keep // a) + 4 * size * -(-keep // b) + 2 * b * size
+    module = lower_resample(Resample(size, -1, _mask(n, size, True, 3)), n, "split")
+    lines = {"w1": n // a, "w2": 1, "w3": 1, "w4": size // b}
+    assert sum(t.numel() * lines[name] for name, t in module.named_buffers()) == macs
+    # fewer than a third of the dense MatMul's, and of the factored form's with gcd(1024, 540) = 4
+    assert 3 * macs < resample_macs("dense", n, size)
+    assert 2 * macs < resample_macs("factored", n, size)
+    assert resample_candidates(n, size) == ("dense", "factored", "split")
+    assert cheapest_resample(n, size) == "split"
+    assert resample_candidates(1024, 1024) == ("dense", "factored")  # the same split: not twice
+
+
+def test_split_resample_in_onnxruntime():
+    cases = [(1024, 540, True, -1), (540, 1024, False, -1), (97, 50, True, -2)]
+    mods, xs, refs = [], [], []
+    for n, size, masked, dim in cases:
+        mask = _mask(n, size, masked, n + size)
+        mods.append(lower_resample(Resample(size, dim, mask), n, "split"))
+        x = torch.randn((2, 3, n, 5) if dim == -2 else (2, 3, n), dtype=torch.float64)
+        xs.append(x.float())
+        refs.append(resample(x, size, dim=dim, mask=mask))
+
+    class All(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mods = torch.nn.ModuleList(mods)
+
+        def forward(self, *inputs):
+            return tuple(m(x) for m, x in zip(self.mods, inputs))
+
+    model = to_onnx(All().eval(), tuple(xs), dynamic_batch=True)
+    assert {n.op_type for n in model.graph.node} <= PORTABLE_OPS | {"Pad"}
+    outs = session(model).run(None, {i.name: x.numpy() for i, x in zip(model.graph.input, xs)})
+    for out, ref in zip(outs, refs):
+        assert float(np.abs(out - ref.numpy()).max() / ref.abs().max()) < 1e-5

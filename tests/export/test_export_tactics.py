@@ -7,11 +7,21 @@ import math
 import pytest
 import torch
 
-from dnarch_deploy.spectral import _resample_fft, direct_conv, resample
+from dnarch_deploy.spectral import _resample_fft, conv_fft_length, direct_conv, resample
 from export.emit import to_onnx
 from export.resampling import lower_resample
 from export.static import Resample
-from export.tactics import PORTABLE, REGISTRY, TACTICS, conv_macs, four_step_factors, make_conv
+from export.tactics import (
+    PORTABLE,
+    REGISTRY,
+    TACTICS,
+    conv_macs,
+    distinct_tactics,
+    fft_reference_macs,
+    four_step_factors,
+    make_conv,
+    multistep_macs,
+)
 from export.timing import session
 
 # (spatial size, kernel taps): tiny, odd/even, prime, four-step, global kernels, 2-D
@@ -98,7 +108,8 @@ def test_resample_matmul_matches_fft_crop(n, size, masked, dim):
 
 def test_registry_one_class_per_tactic():
     """Each tactic is one module class: built from a kernel and a size, named, priced."""
-    assert TACTICS == ("direct", "matmul", "dft") and PORTABLE == ("direct", "matmul")
+    assert TACTICS == ("direct", "matmul", "multistep", "dft")
+    assert PORTABLE == ("direct", "matmul", "multistep")
     kernel = torch.randn(3, 9)
     for name in TACTICS:
         module = make_conv(name, kernel, (40,))
@@ -114,3 +125,88 @@ def test_unknown_tactic_is_an_error_not_a_dft():
                  lambda: make_conv("fft", torch.randn(3, 9), (40,))):
         with pytest.raises(ValueError, match=r"unknown tactic 'fft'; choose from direct, matmul"):
             call()
+
+
+# long axes: the multi-step MatMul FFT against direct_conv, and its cost against an FFT's
+LONG_CASES = [((1024,), (1023,)), ((1460,), (2919,)), ((4096,), (4095,)), ((2000,), (101,))]
+
+
+@pytest.mark.parametrize(("size", "taps"), LONG_CASES)
+def test_multistep_fft_matches_direct_conv_on_long_axes(size, taps):
+    g = torch.Generator().manual_seed(size[0] + taps[0])
+    x, kernel = torch.randn(2, 3, *size, generator=g), torch.randn(3, *taps, generator=g)
+    ref = direct_conv(x.double(), kernel.double())
+    module = make_conv("multistep", kernel, size)
+    assert len(module.n) == 3  # more than the four-step's two factors
+    assert rel_error(module(x), ref) < 2e-6  # float32
+    exact = make_conv("multistep", kernel.double(), size)
+    assert rel_error(exact(x.double()), ref) < 1e-12  # float64: the same map
+
+
+@pytest.mark.parametrize("tactic", ["matmul", "multistep"])
+@pytest.mark.parametrize(("size", "taps"), CONV_CASES[:10] + LONG_CASES)
+def test_matmul_fft_macs_closed_form(tactic, size, taps):
+    """theoretical_macs (the closed form) == the MACs counted from the built module's shapes."""
+    module = make_conv(tactic, torch.zeros(5, *taps), size)
+    assert conv_macs(tactic, 5, size, taps) == module.macs()
+    assert module.macs() == 5 * multistep_macs(size[0], module.n)
+
+
+@pytest.mark.parametrize("length", [512, 1024, 2048, 4096, 8192])
+def test_multistep_fft_costs_grow_like_an_fft(length):
+    """Global kernel: the multi-step form (three factors) stays within 6x of a textbook radix-2
+    FFT convolution's multiply-adds (fft_reference_macs) up to L = 8192; the four-step's ratio
+    grows like sqrt(N) / log N (6.7x at 1024, 11x at 4096, 15x at 8192)."""
+    n = conv_fft_length(length, length - 1)
+    reference = fft_reference_macs(n)
+    multi = conv_macs("multistep", 1, (length,), (length - 1,)) / reference
+    four = conv_macs("matmul", 1, (length,), (length - 1,)) / reference
+    assert multi <= 6.0
+    assert four > 1.4 * multi
+    if length >= 4096:
+        assert four >= 2.2 * multi
+
+
+def test_fft_reference_macs_closed_form():
+    assert fft_reference_macs(1024) == 2.5 * 1024 * 10 + 4 * 513
+
+
+def test_multistep_fft_in_onnxruntime():
+    """The multi-step form exports to MatMul / Mul / Add / Reshape / Transpose (+ Pad / Slice)
+    and matches."""
+    size, taps = (1100,), (1001,)
+    kernel, x = torch.randn(3, *taps), torch.randn(2, 3, *size)
+    module = make_conv("multistep", kernel, size)
+    model = to_onnx(module, (x,), dynamic_batch=False)
+    assert {n.op_type for n in model.graph.node} <= {"MatMul", "Mul", "Add", "Reshape", "Pad",
+                                                      "Slice", "Transpose"}
+    out = session(model).run(None, {model.graph.input[0].name: x.numpy()})[0]
+    assert rel_error(torch.from_numpy(out), direct_conv(x.double(), kernel.double())) < 2e-6
+
+
+def test_distinct_tactics_leave_out_a_repeated_lowering():
+    """Where the best multi-step factorisation has two factors it is the four-step: not timed
+    twice."""
+    short = distinct_tactics(torch.randn(3, 9), (40,))
+    assert "multistep" not in short and set(short) == {"direct", "matmul", "dft"}
+    assert "multistep" in distinct_tactics(torch.randn(3, 1023), (1024,))
+
+
+def test_tuning_skips_tactics_far_above_the_fewest_macs():
+    """A global kernel on a long axis: direct conv (L K MACs) is not timed; short kernels
+    keep it."""
+    import types
+
+    from export.tune import MAX_MAC_RATIO, worth_timing
+
+    def block(length, taps):
+        return types.SimpleNamespace(conv=types.SimpleNamespace(kernel=torch.randn(4, taps)),
+                                     bias1=torch.zeros(8, length), n_in=4)
+
+    long = block(2048, 2047)
+    kept = worth_timing(distinct_tactics(long.conv.kernel, (2048,)), long)
+    assert "direct" not in kept and {"matmul", "multistep", "dft"} <= set(kept)
+    assert conv_macs("direct", 4, (2048,), (2047,)) > MAX_MAC_RATIO * conv_macs(
+        "multistep", 4, (2048,), (2047,))
+    short = block(2048, 9)
+    assert "direct" in worth_timing(distinct_tactics(short.conv.kernel, (2048,)), short)

@@ -56,8 +56,8 @@ def one_block():
 
 
 @pytest.mark.parametrize(("medians", "kept"), [
-    ([2.0, 1.5, 1.5], "direct"),  # the smallest median; of equal ones the first
-    ([1.0, 1.0, 3.0], "per-layer"),  # a tie with the per-layer choice keeps it
+    ([2.0, 1.5, 1.5, 1.5], "direct"),  # the smallest median; of equal ones the first
+    ([1.0, 1.0, 3.0, 3.0], "per-layer"),  # a tie with the per-layer choice keeps it
 ])
 def test_keeps_the_network_with_the_smallest_median(monkeypatch, one_block, medians, kept):
     static, resample = one_block
@@ -66,12 +66,13 @@ def test_keeps_the_network_with_the_smallest_median(monkeypatch, one_block, medi
     monkeypatch.setattr(tune, "measure", measure)
     monkeypatch.setattr(tune, "to_onnx", stand_in_exporter(exported))
     tactics, evidence = policy.fastest_network(static, ["matmul"], resample, threads=1, repeats=3)
-    assert exported == [["matmul"], ["direct"], ["dft"]]  # each candidate lowered as it says
-    assert calls == [3]  # and timed side by side, in one measurement
+    # each candidate lowered as it says
+    assert exported == [["matmul"], ["direct"], ["multistep"], ["dft"]]
+    assert calls == [4]  # and timed side by side, in one measurement
     # matmul everywhere is the per-layer choice itself: timed once, as "per-layer"
     assert [(c["name"], c["tactics"], c["median_ms"]) for c in evidence["candidates"]] == [
         ("per-layer", ["matmul"], medians[0]), ("direct", ["direct"], medians[1]),
-        ("dft", ["dft"], medians[2])]
+        ("multistep", ["multistep"], medians[2]), ("dft", ["dft"], medians[3])]
     assert evidence["kept"] == kept and kept in evidence["why"]
     assert tactics == next(c["tactics"] for c in evidence["candidates"] if c["name"] == kept)
     assert (evidence["batch"], evidence["threads"], evidence["repeats"]) == (1, 1, 3)
@@ -107,7 +108,39 @@ def test_export_uses_the_kept_network_and_records_why(monkeypatch, tmp_path):
     network = saved["whole_network"]
     assert arch["whole_network"] == network == report["whole_network"]
     assert [c["name"] for c in network["candidates"]] == ["per-layer", "direct", "matmul"]
-    assert network["kept"] == "matmul" and "matmul 1.000 ms" in network["why"]
+    assert network["kept"] == "matmul" and "matmul B=1 1.000 ms" in network["why"]
+    assert network["batches"] == saved["tuning"]["batches"] == [1, 32]  # the default
     assert saved["tactics"] == [b["tactic"] for b in arch["blocks"]] == ["matmul"]
     assert "DFT" not in saved["ops"]
     assert all(err["max_rel"] <= 1e-4 for err in saved["equivalence"].values())
+
+
+def test_least_regret_serves_every_batch():
+    """Two batches: the candidate whose worst slowdown against the fastest at any batch is
+    smallest, not the fastest at either batch alone."""
+    table = {"1": {"a": 1.0, "b": 1.5, "c": 1.2}, "32": {"a": 40.0, "b": 20.0, "c": 22.0}}
+    assert policy.least_regret(table) == "c"  # 1.2x at B=1, 1.1x at B=32
+    assert policy.least_regret({"1": table["1"]}) == "a"
+    assert policy.regret(table, "c") == pytest.approx({"1": 1.2, "32": 1.1})
+
+
+def test_whole_network_check_at_two_batches(monkeypatch, one_block):
+    """Each candidate timed at every batch; the kept one by least_regret over the batches."""
+    static, resample = one_block
+    ms = iter([[1.0, 1.5, 1.2, 9.0], [40.0, 20.0, 22.0, 90.0]])  # B=1, then B=32
+    monkeypatch.setattr(tune, "measure", lambda fns, repeats=20, **kw: [
+        {"median_ms": m, "min_ms": m} for m, _ in zip(next(ms), fns)])
+    monkeypatch.setattr(tune, "to_onnx", stand_in_exporter([]))
+    tactics, evidence = policy.fastest_network(static, ["matmul"], resample, batch=[1, 32])
+    assert evidence["batches"] == [1, 32]
+    assert {c["name"]: c["ms_by_batch"] for c in evidence["candidates"]}["multistep"] == {
+        "1": 1.2, "32": 22.0}
+    assert evidence["kept"] == "multistep" and tactics == ["multistep"]
+    assert evidence["regret"] == pytest.approx({"1": 1.2, "32": 1.1})
+
+
+def test_batch_option_defaults_to_a_small_and_a_large_batch():
+    assert ExportOptions().batch == [1, 32]
+    assert ExportOptions(batch=[32, 32, 1]).batch == [32, 1]  # each once, in the order given
+    with pytest.raises(ValueError, match=r"every --batch must be >= 1, got \[0\]"):
+        ExportOptions(batch=[0])
