@@ -21,6 +21,7 @@ import math
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -274,7 +275,7 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
                                         and r.run_dir in results)
             walls.append(f"{key} {full_wall / base_wall:.2f}x")
 
-    command = " ".join(["python benchmarks/search_quality.py", *sys.argv[1:]])
+    command = shlex.join(["python", "benchmarks/search_quality.py", *sys.argv[1:]])
     defaults = parse_args([])[0].to_dict()
     shown = ("lam", "lam_ramp", "lr", "mask_lr", "weight_decay", "warmup", "dropout", "batch_size",
              "steps", "epochs", "shift", "input_norm", "restarts", "omega_0", "tau_resolution",
