@@ -99,14 +99,14 @@ def test_bin_weights_reproduce_the_matrix():
 PORTABLE_OPS = {"MatMul", "Mul", "Add", "Sub", "Reshape", "Transpose", "Slice", "Concat"}
 
 
-def test_factored_resample_in_onnxruntime():
-    """float32 in onnxruntime to 1e-5 relative, portable ops only (no DFT: TensorRT runs it)."""
-    cases = [(1024, 512, True, -1), (72, 1024, False, -1), (1024, 1024, True, -1),
-             (15, 10, True, -1), (10, 16, False, -1), (12, 12, True, -2), (30, 45, True, -2)]
+def _in_onnxruntime(cases, make, spread, ops):
+    """Each case's lowered resampling (``make(n, size, dim, mask)``) in one ONNX graph, run in
+    an onnxruntime session on float32 inputs: (session, feeds, float64 references); only
+    ``ops`` in the graph."""
     mods, xs, refs = [], [], []
     for n, size, masked, dim in cases:
-        mask = _mask(n, size, masked, n + 3 * size)
-        mods.append(FactoredResample(n, size, dim, mask))
+        mask = _mask(n, size, masked, n + spread * size)
+        mods.append(make(n, size, dim, mask))
         x = torch.randn((2, 3, n, 5) if dim == -2 else (2, 3, n), dtype=torch.float64)
         xs.append(x.float())
         refs.append(resample(x, size, dim=dim, mask=mask))
@@ -120,14 +120,22 @@ def test_factored_resample_in_onnxruntime():
             return tuple(m(x) for m, x in zip(self.mods, inputs))
 
     model = to_onnx(All().eval(), tuple(xs), dynamic_batch=True)
-    assert {n.op_type for n in model.graph.node} <= PORTABLE_OPS
+    assert {n.op_type for n in model.graph.node} <= ops
     feeds = {i.name: x.numpy() for i, x in zip(model.graph.input, xs)}
-    outs = session(model).run(None, feeds)
-    for out, ref in zip(outs, refs):
+    return session(model), feeds, refs
+
+
+def test_factored_resample_in_onnxruntime():
+    """float32 in onnxruntime to 1e-5 relative, portable ops only (no DFT: TensorRT runs it)."""
+    cases = [(1024, 512, True, -1), (72, 1024, False, -1), (1024, 1024, True, -1),
+             (15, 10, True, -1), (10, 16, False, -1), (12, 12, True, -2), (30, 45, True, -2)]
+    sess, feeds, refs = _in_onnxruntime(
+        cases, lambda n, size, dim, mask: FactoredResample(n, size, dim, mask), 3, PORTABLE_OPS)
+    for out, ref in zip(sess.run(None, feeds), refs):
         assert float(np.abs(out - ref.numpy()).max() / ref.abs().max()) < 1e-5
     # the batch is dynamic: another batch size runs through the same graph
     feeds = {k: np.concatenate([v, v, v]) for k, v in feeds.items()}
-    for out, ref in zip(session(model).run(None, feeds), refs):
+    for out, ref in zip(sess.run(None, feeds), refs):
         assert float(np.abs(out[2:4] - ref.numpy()).max() / ref.abs().max()) < 1e-5
 
 
@@ -248,24 +256,8 @@ def test_split_resample_macs_closed_form():
 
 def test_split_resample_in_onnxruntime():
     cases = [(1024, 540, True, -1), (540, 1024, False, -1), (97, 50, True, -2)]
-    mods, xs, refs = [], [], []
-    for n, size, masked, dim in cases:
-        mask = _mask(n, size, masked, n + size)
-        mods.append(lower_resample(Resample(size, dim, mask), n, "split"))
-        x = torch.randn((2, 3, n, 5) if dim == -2 else (2, 3, n), dtype=torch.float64)
-        xs.append(x.float())
-        refs.append(resample(x, size, dim=dim, mask=mask))
-
-    class All(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.mods = torch.nn.ModuleList(mods)
-
-        def forward(self, *inputs):
-            return tuple(m(x) for m, x in zip(self.mods, inputs))
-
-    model = to_onnx(All().eval(), tuple(xs), dynamic_batch=True)
-    assert {n.op_type for n in model.graph.node} <= PORTABLE_OPS | {"Pad"}
-    outs = session(model).run(None, {i.name: x.numpy() for i, x in zip(model.graph.input, xs)})
-    for out, ref in zip(outs, refs):
+    sess, feeds, refs = _in_onnxruntime(
+        cases, lambda n, size, dim, mask: lower_resample(Resample(size, dim, mask), n, "split"),
+        1, PORTABLE_OPS | {"Pad"})
+    for out, ref in zip(sess.run(None, feeds), refs):
         assert float(np.abs(out - ref.numpy()).max() / ref.abs().max()) < 1e-5
