@@ -20,11 +20,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dnarch_deploy.operators import (
+    cheapest_conv,
+    cheapest_resample,
+    resample_candidates,
+    resample_macs,
+)
+
 from .lowering import block_resolution, resample_axes
-from .resampling import resample_candidates, resample_macs
 from .static import StaticNet
-from .tactics import PORTABLE, TACTICS, conv_macs
-from .tactics import tactic as tactic_class
+from .tactics import TACTICS, conv_macs
 from .tune import measure_resample, measure_tactics, time_networks
 
 if TYPE_CHECKING:
@@ -44,29 +49,10 @@ def tactic_costs(static: StaticNet) -> list[dict[str, float]]:
 
 
 def cheapest(costs: list[dict[str, float]]) -> list[str]:
-    """Per block, the portable tactic with the lower theoretical cost times the tactic's
-    ``cost_weight`` (its measured multiply-adds per second against the four-step's). The DFT op is
-    only ever chosen by measurement (--tune): onnxruntime's DFT kernel is far slower than its
-    operation count says (benchmarks/export_speed.py times it beside the other tactics)."""
-    return [min(PORTABLE, key=lambda t: c[t] * tactic_class(t).cost_weight) for c in costs]
-
-
-# The factored form runs four MatMuls (two of them batched over N2 small matrices) and three
-# Transposes where the dense form runs one large GEMM: in onnxruntime on CPU it does about a third
-# as many multiply-adds per second (measured, 1-D, 32 channels: break-even at a MAC ratio of ~3).
-# Without timing (--no-tune) it is chosen only when it needs fewer than 1 / 3 of the dense MACs.
-FACTORED_MAC_PENALTY = 3.0
-
-
-def cheapest_resample(n: int, size: int) -> str:
-    """By theoretical cost: the factored form (``factored`` or ``split``, the fewer MACs) when its
-    MACs times FACTORED_MAC_PENALTY are fewer than the dense MatMul's."""
-    cands = [t for t in resample_candidates(n, size) if t != "dense"]
-    if not cands:
-        return "dense"
-    best = min(cands, key=lambda t: resample_macs(t, n, size))
-    factored = resample_macs(best, n, size) * FACTORED_MAC_PENALTY
-    return best if factored < resample_macs("dense", n, size) else "dense"
+    """Per block, :func:`dnarch_deploy.operators.cheapest_conv`: the portable tactic with the
+    lower theoretical cost times its measured cost weight. The DFT op is only ever chosen by
+    measurement (--tune)."""
+    return [cheapest_conv(c) for c in costs]
 
 
 def resample_evidence_by_cost(static: StaticNet) -> list[dict[str, list[dict]]]:

@@ -7,18 +7,23 @@ short axes), ``factored``: a four-step FFT of four MatMuls, the crop and mask fo
 common factor of n and size), or ``split``: the same with a split of its own on each side, the
 spectrum re-laid out in between (two Transposes; for lengths with no good common factor, such as
 the fast lengths 540 or 1080 the model picks on a 1024- or 4096-sample axis).
-Which one a block gets is :mod:`export.policy`'s choice.
+Their multiply-accumulates and the by-cost choice are :mod:`dnarch_deploy.operators`'; which
+one a block gets is :mod:`export.policy`'s choice.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dnarch_deploy.operators import (
+    RESAMPLE_FORMS,
+    factored_split,
+    split_macs,
+    split_pair,
+)
 from dnarch_deploy.spectral import resample_matrix
 
 from .static import Resample
@@ -69,7 +74,7 @@ def lower_resample(module: Resample, n: int, tactic: str = "dense") -> nn.Module
 
 # --- resampling as a factored (four-step) MatMul FFT ---------------------------------------------
 
-RESAMPLE_TACTICS = ("dense", "factored", "split")
+RESAMPLE_TACTICS = RESAMPLE_FORMS
 
 
 def resample_bin_weights(n: int, size: int, mask: np.ndarray | None = None) -> np.ndarray:
@@ -86,43 +91,6 @@ def resample_bin_weights(n: int, size: int, mask: np.ndarray | None = None) -> n
         c[-1] *= 0.5
     k = np.arange(keep)
     return c * np.where((k == 0) | (2 * k == size), 1.0, 2.0) / n
-
-
-def _factored_macs(n: int, size: int, n2: int) -> int:
-    """Real multiply-accumulates per channel of :class:`FactoredResample` with split ``n2``."""
-    n1, m = n // n2, size // n2
-    k1 = -(-(min(n, size) // 2 + 1) // n2)
-    return 2 * n2 * n2 * n1 + 4 * n2 * n1 * k1 + 4 * n2 * k1 * m + 2 * n2 * n2 * m
-
-
-def split_pair(n: int, size: int) -> tuple[int, int, int]:
-    """(N2 of the input side, N2' of the output side, MACs per line): each divides its own length
-    and minimises its half of :func:`_split_macs` (no common factor needed: the spectrum is
-    re-laid out between the halves)."""
-    keep = min(n, size) // 2 + 1
-
-    def best(length: int) -> int:
-        divisors = [d for d in range(1, length + 1) if length % d == 0]
-        return min(divisors, key=lambda d: 2 * d * length + 4 * length * -(-keep // d))
-
-    a, b = best(n), best(size)
-    return a, b, _split_macs(n, size, a, b)
-
-
-def _split_macs(n: int, size: int, a: int, b: int) -> int:
-    """Real multiply-accumulates per line of :class:`FactoredResample` with split a on the input
-    side and b on the output side: (1) 2 a n, (2) 4 n K1, (3) 4 K1' size, (4) 2 b size
-    (K1 = ceil(keep / a), K1' = ceil(keep / b))."""
-    keep = min(n, size) // 2 + 1
-    return 2 * a * n + 4 * n * -(-keep // a) + 4 * size * -(-keep // b) + 2 * b * size
-
-
-def factored_split(n: int, size: int) -> tuple[int, int]:
-    """(N2, MACs per channel): the common divisor N2 of n and ``size`` minimising
-    :func:`_factored_macs`."""
-    g = math.gcd(n, size)
-    return min(((d, _factored_macs(n, size, d)) for d in range(1, g + 1) if g % d == 0),
-               key=lambda t: t[1])
 
 
 class FactoredResample(nn.Module):
@@ -212,7 +180,7 @@ class FactoredResample(nn.Module):
 
     def macs(self) -> int:
         """Real multiply-accumulates per line along the axis."""
-        return _split_macs(*self.sizes, self.n2, self.n2_out)
+        return split_macs(*self.sizes, self.n2, self.n2_out)
 
     def extra_repr(self) -> str:
         return (f"{self.sizes[0]} -> {self.sizes[1]} along dim {self.dim}, "
@@ -223,29 +191,3 @@ def _complex_block(w: np.ndarray) -> np.ndarray:
     """(..., p, q) complex -> (..., 2p, 2q) real with [re | im] @ it == [re | im] of the product."""
     return np.concatenate([np.concatenate([w.real, w.imag], axis=-1),
                            np.concatenate([-w.imag, w.real], axis=-1)], axis=-2)
-
-
-def resample_macs(tactic: str, n: int, size: int) -> int:
-    """Real multiply-accumulates per line of one resampling of a length-n axis to ``size``."""
-    if tactic == "dense":
-        return n * size
-    if tactic == "factored":
-        return factored_split(n, size)[1]
-    if tactic == "split":
-        return split_pair(n, size)[2]
-    raise ValueError(f"unknown resampling tactic {tactic!r}; choose from "
-                     f"{', '.join(RESAMPLE_TACTICS)}")
-
-
-def resample_candidates(n: int, size: int) -> tuple[str, ...]:
-    """The tactics worth trying: ``factored`` needs a common factor N2 > 1 of n and ``size``;
-    ``split`` a split on either side, and differs from ``factored`` only where the best splits of
-    the two sides differ."""
-    cands = ["dense"]
-    common = factored_split(n, size)[0]
-    if common > 1:
-        cands.append("factored")
-    a, b, _ = split_pair(n, size)
-    if max(a, b) > 1 and (a, b) != (common, common):
-        cands.append("split")
-    return tuple(cands)

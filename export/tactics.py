@@ -1,9 +1,9 @@
 """The convolution tactics: each depthwise 'same' convolution of a block becomes one of them.
 
 A tactic is one module class: its constructor builds the lowered module from the kernel and the
-block's resolution, ``theoretical_macs`` counts its multiply-accumulates, ``portable`` says whether
-every backend runs it. :data:`REGISTRY` holds them by name; which one a block gets is
-:mod:`export.policy`'s choice.
+block's resolution. Their multiply-accumulates, which of them every backend runs and the by-cost
+choice are :mod:`dnarch_deploy.operators`' (the search's cost model prices the same figures).
+:data:`REGISTRY` holds them by name; which one a block gets is :mod:`export.policy`'s choice.
 
   ``direct``  ONNX ``Conv`` (groups = channels, 'same' zero padding) (:class:`DirectConv`).
   ``matmul``  an FFT written with MatMul / Mul / Add / Reshape only (:class:`MatMulFFTConv`,
@@ -23,7 +23,6 @@ which is enough for the 'same' window: the wrapped-around part of the result lie
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -31,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dnarch_deploy.cost import fourier_conv_cost
+from dnarch_deploy import operators
+from dnarch_deploy.operators import MAX_FACTORS, fft_factors, pow2_fft_length
 from dnarch_deploy.spectral import conv_fft_length
 
 
@@ -39,8 +39,6 @@ class DirectConv(nn.Module):
     """Depthwise 'same' cross-correlation as a grouped convolution (ONNX Conv): C * L * K."""
 
     name = "direct"
-    portable = True
-    cost_weight = 1.0  # MACs x this = the by-cost policy's figure (export.policy.cheapest)
 
     def __init__(self, kernel: Tensor, size: tuple[int, ...] | None = None):
         super().__init__()  # size: a grouped convolution runs at any length
@@ -51,10 +49,6 @@ class DirectConv(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         conv = F.conv1d if x.dim() == 3 else F.conv2d
         return conv(x, self.weight, padding=self.padding, groups=self.weight.shape[0])
-
-    @staticmethod
-    def theoretical_macs(channels: int, size: tuple[int, ...], taps: tuple[int, ...]) -> float:
-        return float(channels * math.prod(size) * math.prod(taps))
 
     def extra_repr(self) -> str:
         return f"channels={self.weight.shape[0]}, taps={tuple(self.weight.shape[2:])}"
@@ -74,65 +68,6 @@ def dft_matrix(n: int) -> np.ndarray:
     """W[j, k] = exp(-2 pi i j k / n), exact integer phases."""
     j = np.arange(n)
     return np.exp(-2j * np.pi * (np.outer(j, j) % n) / n)
-
-
-def four_step_factors(length: int, taps: int) -> tuple[int, int]:
-    """(N1, N2) with N1 * N2 >= conv_fft_length(length, taps) minimising the MatMul FFT's MACs
-    (N2 = 1: one dense DFT matrix)."""
-    factors = fft_factors(length, taps, 2)
-    return factors if len(factors) == 2 else (factors[0], 1)
-
-
-# the largest later factor tried (a stage's DFT matrix is factor x factor; stage 1's is not bounded)
-MAX_STAGE_FACTOR = 64
-
-
-@functools.cache
-def fft_factors(length: int, taps: int, max_factors: int, min_factors: int = 1
-                ) -> tuple[int, ...]:
-    """Factors (N1, N2, ..., Nk), min_factors <= k <= max_factors, with N = prod >=
-    conv_fft_length(length, taps), minimising :func:`multistep_macs`: N2..Nk (2..MAX_STAGE_FACTOR,
-    non-increasing) are tried, N1 is the smallest that makes N long enough."""
-    n = conv_fft_length(length, taps)
-    best = None
-
-    def visit(later: tuple[int, ...]) -> None:
-        nonlocal best
-        if len(later) + 1 >= min_factors:
-            factors = (-(-n // math.prod(later)), *later)
-            cost = multistep_macs(length, factors)
-            if best is None or cost < best[0]:
-                best = (cost, factors)
-        if len(later) + 1 < max_factors:
-            top = min(later[-1] if later else MAX_STAGE_FACTOR, n // math.prod(later))
-            for f in range(2, top + 1):
-                if math.prod(later) * f * 2 <= n:  # N1 >= 2 left
-                    visit((*later, f))
-
-    visit(())
-    if best is None:  # too short for min_factors: as many as fit
-        return fft_factors(length, taps, max_factors, 1)
-    return best[1]
-
-
-def multistep_macs(length: int, factors: tuple[int, ...]) -> int:
-    """Real multiply-accumulates per channel of :class:`MatMulFFTConv` in 1-D with these factors
-    (the closed form of what its ``macs`` counts from the operators' shapes):
-    first and last stage 2 P1 ceil(L / R1) R1 each (real input, real output; P1 = N1 // 2 + 1,
-    R1 = N / N1); each middle stage 4 Nj Q (complex; Q = P1 R1 values), forward and inverse;
-    each twiddle 4 Q, forward and inverse; the spectrum product 4 Q."""
-    n1, r1 = factors[0], math.prod(factors[1:])
-    p1, rows = n1 // 2 + 1, -(-length // r1)
-    q = p1 * r1
-    return 4 * p1 * rows * r1 + 2 * sum(4 * f * q + 4 * q for f in factors[1:]) + 4 * q
-
-
-def fft_reference_macs(n: int) -> float:
-    """Multiply-adds of a textbook FFT convolution of length n per channel, the O(N log N)
-    reference the MatMul forms are held to: a real FFT and an inverse real FFT at
-    1.25 n log2 n each (a complex radix-2 FFT's 5 n log2 n flops, halved for real data, two flops
-    per multiply-add) and the spectrum product (4 per kept bin)."""
-    return 2.5 * n * math.log2(max(n, 2)) + 4 * (n // 2 + 1)
 
 
 class MatMulFFTConv(nn.Module):
@@ -155,9 +90,6 @@ class MatMulFFTConv(nn.Module):
     """
 
     name = "matmul"
-    portable = True
-    cost_weight = 1.0
-    max_factors = 2  # four-step: the best of one dense matrix and two factors
 
     def __init__(self, kernel: Tensor, size: tuple[int, ...]):
         super().__init__()
@@ -167,7 +99,7 @@ class MatMulFFTConv(nn.Module):
         self.length = size[0] if len(size) == 1 else None  # 1-D: pad/reshape/crop around it
         buffers: dict[str, np.ndarray] = {}
         if len(size) == 1:
-            factors = fft_factors(size[0], taps[0], self.max_factors)
+            factors = fft_factors(size[0], taps[0], MAX_FACTORS[self.name])
             n1, n = factors[0], math.prod(factors)
             r1 = n // n1
             rows_in = -(-size[0] // r1)
@@ -265,16 +197,6 @@ class MatMulFFTConv(nn.Module):
         re, im, imn = (getattr(self, f"{name}_{s}") for s in ("re", "im", "imn"))
         return (re, imn, im) if conj else (re, im, imn)
 
-    @classmethod
-    def theoretical_macs(cls, channels: int, size: tuple[int, ...],
-                         taps: tuple[int, ...]) -> float:
-        """:meth:`macs` of the module a kernel of these sizes gets; 1-D, the closed form
-        :func:`multistep_macs` (checked equal in tests)."""
-        if len(size) == 1:
-            return float(channels * multistep_macs(size[0], fft_factors(size[0], taps[0],
-                                                                         cls.max_factors)))
-        return cls(torch.zeros(channels, *taps), size).macs()
-
     def macs(self) -> float:
         """Real multiply-accumulates per sample, counted from the operators' shapes."""
         p, rows_in = self.f_re.shape
@@ -308,13 +230,7 @@ class MultiStepFFTConv(MatMulFFTConv):
     its Transposes with 2..7-wide inner axes ran at ~1 GB/s in onnxruntime.
     """
 
-    name = "multistep"
-    max_factors = 3
-    # its stages are narrower MatMuls plus memory-bound Transposes and twiddles: in onnxruntime on
-    # CPU about 3x (batch 1) to 4x (batch 16) slower per multiply-add than the four-step's two
-    # large MatMuls (measured, L=1024 and 4096, 64 channels, 1 thread); so without timing it is
-    # chosen only where its MACs are 3x fewer
-    cost_weight = 3.0
+    name = "multistep"  # by cost only where its MACs are 3x fewer (operators.CONV_COST_WEIGHT)
 
     def same_as(self, other: nn.Module) -> bool:
         """Whether ``other`` (a :class:`MatMulFFTConv`) is the very same lowering."""
@@ -346,24 +262,17 @@ def _cmatmul(re: Tensor, im: Tensor, w_re: Tensor, w_im: Tensor, w_imn: Tensor,
     return w_re @ re + w_imn @ im, w_im @ re + w_re @ im
 
 
-def fft_size(length: int, taps: int) -> int:
-    """The power of two >= conv_fft_length(length, taps): onnxruntime's DFT is radix-2 only
-    there (and exact)."""
-    return 1 << (conv_fft_length(length, taps) - 1).bit_length()
-
-
 class DFTConv(nn.Module):
     """Depthwise 'same' cross-correlation with torch.fft: exported as the ONNX DFT op (not on every
-    backend: TensorRT has none); C * N * log2 N (:func:`dnarch_deploy.cost.fourier_conv_cost`)."""
+    backend: TensorRT has none); C * N * log2 N on power-of-two lengths (only ever chosen by
+    measurement: see :data:`dnarch_deploy.operators.CONV_COST_WEIGHT`)."""
 
     name = "dft"
-    portable = False
-    cost_weight = math.inf  # only ever chosen by measurement
 
     def __init__(self, kernel: Tensor, size: tuple[int, ...]):
         super().__init__()
         self.sizes, self.taps = tuple(size), tuple(kernel.shape[1:])
-        self.n = tuple(fft_size(s, k) for s, k in zip(size, kernel.shape[1:]))
+        self.n = tuple(pow2_fft_length(s, k) for s, k in zip(size, kernel.shape[1:]))
         g = circular_kernel(kernel.detach().double().numpy(), self.n)
         self.register_buffer("g", torch.from_numpy(g).float())  # (C, *N)
 
@@ -374,11 +283,6 @@ class DFTConv(nn.Module):
         for d, s in zip(dims, self.sizes):
             y = y.narrow(d, 0, s)
         return y
-
-    @staticmethod
-    def theoretical_macs(channels: int, size: tuple[int, ...], taps: tuple[int, ...]) -> float:
-        n = math.prod(fft_size(s, k) for s, k in zip(size, taps))
-        return float(fourier_conv_cost(float(n), channels))
 
     def extra_repr(self) -> str:
         return f"channels={self.g.shape[0]}, N={self.n}"
@@ -400,8 +304,9 @@ def distinct_tactics(kernel: Tensor, size: tuple[int, ...],
 REGISTRY: dict[str, type[nn.Module]] = {
     t.name: t for t in (DirectConv, MatMulFFTConv, MultiStepFFTConv, DFTConv)
 }
-TACTICS = tuple(REGISTRY)  # in order of preference: ties go to the first
-PORTABLE = tuple(name for name, t in REGISTRY.items() if t.portable)  # no DFT op
+assert tuple(REGISTRY) == operators.CONV_TACTICS
+TACTICS = operators.CONV_TACTICS  # in order of preference: ties go to the first
+PORTABLE = operators.PORTABLE  # no DFT op
 
 
 def tactic(name: str) -> type[nn.Module]:
@@ -417,5 +322,7 @@ def make_conv(name: str, kernel: Tensor, size: tuple[int, ...]) -> nn.Module:
 
 
 def conv_macs(name: str, channels: int, size: tuple[int, ...], taps: tuple[int, ...]) -> float:
-    """Theoretical cost of one depthwise convolution per sample under tactic ``name``."""
-    return tactic(name).theoretical_macs(channels, size, taps)
+    """Theoretical cost of one depthwise convolution per sample under tactic ``name``
+    (:func:`dnarch_deploy.operators.conv_macs`)."""
+    tactic(name)  # an unknown name: the ValueError that lists the tactics
+    return operators.conv_macs(name, channels, size, taps)

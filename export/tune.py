@@ -13,11 +13,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from dnarch_deploy.operators import PORTABLE, resample_candidates
 from dnarch_deploy.spectral import MATRIX_MAX
 
 from .emit import to_onnx
 from .lowering import block_resolution, lower, resample_axes
-from .resampling import lower_resample, resample_candidates
+from .resampling import lower_resample
 from .static import StaticNet
 from .tactics import TACTICS, conv_macs, distinct_tactics
 from .timing import (
@@ -42,8 +43,7 @@ def worth_timing(mods: dict[str, nn.Module], block) -> dict[str, nn.Module]:
     """The candidates of one block worth timing: all but portable tactics whose theoretical MACs
     exceed MAX_MAC_RATIO times the cheapest portable tactic's."""
     size, taps = block_resolution(block), tuple(block.conv.kernel.shape[1:])
-    macs = {t: conv_macs(t, block.n_in, size, taps) for t, m in mods.items()
-            if getattr(m, "portable", False)}
+    macs = {t: conv_macs(t, block.n_in, size, taps) for t in mods if t in PORTABLE}
     least = min(macs.values(), default=0.0)
     return {t: m for t, m in mods.items() if macs.get(t, 0.0) <= MAX_MAC_RATIO * least
             or t not in macs}

@@ -9,19 +9,21 @@ import numpy as np
 import pytest
 import torch
 
-from dnarch_deploy.spectral import next_fast_len, resample, resample_matrix
-from export.bench import axis_matmul_macs
-from export.emit import to_onnx
-from export.policy import cheapest_resample
-from export.resampling import (
-    AxisMatMul,
-    FactoredResample,
+from dnarch_deploy.operators import (
+    cheapest_resample,
     factored_split,
-    lower_resample,
-    resample_bin_weights,
     resample_candidates,
     resample_macs,
     split_pair,
+)
+from dnarch_deploy.spectral import next_fast_len, resample, resample_matrix
+from export.bench import axis_matmul_macs
+from export.emit import to_onnx
+from export.resampling import (
+    AxisMatMul,
+    FactoredResample,
+    lower_resample,
+    resample_bin_weights,
 )
 from export.static import Resample
 from export.timing import session

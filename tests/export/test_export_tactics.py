@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from dnarch_deploy.operators import fft_reference_macs, four_step_factors, multistep_macs
 from dnarch_deploy.spectral import _resample_fft, conv_fft_length, direct_conv, resample
 from export.emit import to_onnx
 from export.resampling import lower_resample
@@ -17,10 +18,7 @@ from export.tactics import (
     TACTICS,
     conv_macs,
     distinct_tactics,
-    fft_reference_macs,
-    four_step_factors,
     make_conv,
-    multistep_macs,
 )
 from export.timing import session
 
@@ -146,10 +144,19 @@ def test_multistep_fft_matches_direct_conv_on_long_axes(size, taps):
 @pytest.mark.parametrize("tactic", ["matmul", "multistep"])
 @pytest.mark.parametrize(("size", "taps"), CONV_CASES[:10] + LONG_CASES)
 def test_matmul_fft_macs_closed_form(tactic, size, taps):
-    """theoretical_macs (the closed form) == the MACs counted from the built module's shapes."""
+    """conv_macs (the closed form) == the MACs counted from the built module's shapes."""
     module = make_conv(tactic, torch.zeros(5, *taps), size)
     assert conv_macs(tactic, 5, size, taps) == module.macs()
     assert module.macs() == 5 * multistep_macs(size[0], module.n)
+
+
+@pytest.mark.parametrize("tactic", ["matmul", "multistep"])
+@pytest.mark.parametrize(("size", "taps"), [c for c in CONV_CASES if len(c[0]) == 2]
+                         + [((28, 28), (27, 27)), ((14, 28), (13, 55))])
+def test_matmul_fft_macs_closed_form_2d(tactic, size, taps):
+    """2-D: one dense DFT matrix per axis; the closed form == the operators' count."""
+    module = make_conv(tactic, torch.zeros(3, *taps), size)
+    assert conv_macs(tactic, 3, size, taps) == module.macs()
 
 
 @pytest.mark.parametrize("length", [512, 1024, 2048, 4096, 8192])

@@ -1,0 +1,237 @@
+"""The operators export lowers a block to, their multiply-accumulates, and the by-cost choice
+among the forms of each: the one place both the search's cost model (:mod:`dnarch_deploy.cost`)
+and export (:mod:`export.tactics`, :mod:`export.resampling`, :mod:`export.policy`) take them from.
+
+A block of the deployed network runs, in order: per cropped axis a spectral downsampling, the
+depthwise 'same' convolution at the block's resolution, the two pointwise linear maps with a GELU
+between them, per resampled axis an upsampling back to the input's size, and the residual add
+(the norm is folded into the first linear map). Each operator has a *kind*, the name a latency
+table is keyed by:
+
+  ``linear``            a pointwise linear map (a MatMul over channels)
+  ``pointwise``         an element-wise op (GELU, residual add, pooling)
+  ``conv.<tactic>``     the convolution as one of :data:`CONV_TACTICS`
+  ``resample.<form>``   one axis's spectral resampling as one of :data:`RESAMPLE_FORMS`
+
+Convolution tactics (export/tactics.py builds them):
+  ``direct``    ONNX grouped ``Conv``: C L K.
+  ``matmul``    an FFT of MatMuls, four-step (two factors) or one dense DFT matrix in 1-D, one
+                dense DFT matrix per axis in 2-D (:func:`matmul_fft_macs`).
+  ``multistep`` the same MatMul FFT with up to three factors (:func:`multistep_macs`).
+  ``dft``       the ONNX ``DFT`` op on power-of-two lengths: C N log2 N.
+Resampling forms (export/resampling.py builds them), per line along the axis:
+  ``dense``     one (n, size) MatMul: n size.
+  ``factored``  a four-step FFT split by a common factor of n and size (:func:`factored_split`).
+  ``split``     the same with its own split on each side (:func:`split_pair`).
+
+Without timing, export chooses by cost (:func:`cheapest_conv`, :func:`cheapest_resample`); the
+cost model prices that choice, so a search's figure is export's theoretical total for the same
+architecture exported with ``--no-tune``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from .spectral import conv_fft_length
+
+CONV_TACTICS = ("direct", "matmul", "multistep", "dft")  # in order of preference: ties to the first
+PORTABLE = ("direct", "matmul", "multistep")  # no DFT op: every backend runs them
+RESAMPLE_FORMS = ("dense", "factored", "split")
+
+# Measured multiply-adds per second against the four-step's, the by-cost choice's weights. The
+# multistep form's stages are narrower MatMuls plus memory-bound Transposes and twiddles: in
+# onnxruntime on CPU about 3x (batch 1) to 4x (batch 16) slower per multiply-add than the
+# four-step's two large MatMuls (L=1024 and 4096, 64 channels, 1 thread). The DFT op is only ever
+# chosen by measurement: onnxruntime's DFT kernel is far slower than its operation count says.
+CONV_COST_WEIGHT = {"direct": 1.0, "matmul": 1.0, "multistep": 3.0, "dft": math.inf}
+
+# The factored forms run four MatMuls (two batched over N2 small matrices) and three Transposes
+# where the dense form runs one large GEMM: in onnxruntime on CPU they do about a third as many
+# multiply-adds per second (measured, 1-D, 32 channels: break-even at a MAC ratio of ~3).
+FACTORED_MAC_PENALTY = 3.0
+
+# the largest later factor of a MatMul FFT tried (a stage's DFT matrix is factor x factor)
+MAX_STAGE_FACTOR = 64
+MAX_FACTORS = {"matmul": 2, "multistep": 3}
+
+
+# --- the convolution ------------------------------------------------------------------------------
+
+
+@functools.cache
+def fft_factors(length: int, taps: int, max_factors: int, min_factors: int = 1
+                ) -> tuple[int, ...]:
+    """Factors (N1, N2, ..., Nk), min_factors <= k <= max_factors, with N = prod >=
+    conv_fft_length(length, taps), minimising :func:`multistep_macs`: N2..Nk (2..MAX_STAGE_FACTOR,
+    non-increasing) are tried, N1 is the smallest that makes N long enough."""
+    n = conv_fft_length(length, taps)
+    best = None
+
+    def visit(later: tuple[int, ...]) -> None:
+        nonlocal best
+        if len(later) + 1 >= min_factors:
+            factors = (-(-n // math.prod(later)), *later)
+            cost = multistep_macs(length, factors)
+            if best is None or cost < best[0]:
+                best = (cost, factors)
+        if len(later) + 1 < max_factors:
+            top = min(later[-1] if later else MAX_STAGE_FACTOR, n // math.prod(later))
+            for f in range(2, top + 1):
+                if math.prod(later) * f * 2 <= n:  # N1 >= 2 left
+                    visit((*later, f))
+
+    visit(())
+    if best is None:  # too short for min_factors: as many as fit
+        return fft_factors(length, taps, max_factors, 1)
+    return best[1]
+
+
+def four_step_factors(length: int, taps: int) -> tuple[int, int]:
+    """(N1, N2) with N1 * N2 >= conv_fft_length(length, taps) minimising the MatMul FFT's MACs
+    (N2 = 1: one dense DFT matrix)."""
+    factors = fft_factors(length, taps, 2)
+    return factors if len(factors) == 2 else (factors[0], 1)
+
+
+def multistep_macs(length: int, factors: tuple[int, ...]) -> int:
+    """Real multiply-accumulates per channel of the 1-D MatMul FFT convolution with these factors:
+    first and last stage 2 P1 ceil(L / R1) R1 each (real input, real output; P1 = N1 // 2 + 1,
+    R1 = N / N1); each middle stage 4 Nj Q (complex; Q = P1 R1 values), forward and inverse;
+    each twiddle 4 Q, forward and inverse; the spectrum product 4 Q."""
+    n1, r1 = factors[0], math.prod(factors[1:])
+    p1, rows = n1 // 2 + 1, -(-length // r1)
+    q = p1 * r1
+    return 4 * p1 * rows * r1 + 2 * sum(4 * f * q + 4 * q for f in factors[1:]) + 4 * q
+
+
+def matmul_fft_macs(size: tuple[int, ...], taps: tuple[int, ...], max_factors: int) -> int:
+    """Real multiply-accumulates per channel of the MatMul FFT convolution: 1-D,
+    :func:`multistep_macs` at the best factors; 2-D (H, W), one dense DFT matrix per axis:
+    the rows' real DFT and its inverse 2 P H W each (P = N1 // 2 + 1), the columns' complex DFT
+    and its inverse 4 P W N2 each, the spectrum product 4 P N2."""
+    if len(size) == 1:
+        return multistep_macs(size[0], fft_factors(size[0], taps[0], max_factors))
+    (h, w), (th, tw) = size, taps
+    p, n2 = conv_fft_length(h, th) // 2 + 1, conv_fft_length(w, tw)
+    return 4 * p * h * w + 8 * p * w * n2 + 4 * p * n2
+
+
+def fft_reference_macs(n: int) -> float:
+    """Multiply-adds of a textbook FFT convolution of length n per channel, the O(N log N)
+    reference the MatMul forms are held to: a real FFT and an inverse real FFT at
+    1.25 n log2 n each (a complex radix-2 FFT's 5 n log2 n flops, halved for real data, two flops
+    per multiply-add) and the spectrum product (4 per kept bin)."""
+    return 2.5 * n * math.log2(max(n, 2)) + 4 * (n // 2 + 1)
+
+
+def pow2_fft_length(length: int, taps: int) -> int:
+    """The power of two >= conv_fft_length(length, taps): onnxruntime's DFT is radix-2 only
+    there (and exact)."""
+    return 1 << (conv_fft_length(length, taps) - 1).bit_length()
+
+
+def conv_macs(tactic: str, channels: int, size: tuple[int, ...], taps: tuple[int, ...]) -> float:
+    """Multiply-accumulates per sample of one depthwise 'same' convolution of ``channels``
+    channels at ``size`` with ``taps`` taps per axis, lowered as ``tactic``."""
+    if tactic == "direct":
+        return float(channels * math.prod(size) * math.prod(taps))
+    if tactic in MAX_FACTORS:
+        return float(channels * matmul_fft_macs(tuple(size), tuple(taps), MAX_FACTORS[tactic]))
+    if tactic == "dft":
+        n = math.prod(pow2_fft_length(s, k) for s, k in zip(size, taps))
+        return float(channels * n * math.log2(n)) if n > 1 else 0.0
+    raise ValueError(f"unknown tactic {tactic!r}; choose from {', '.join(CONV_TACTICS)}")
+
+
+def cheapest_conv(costs: dict[str, float]) -> str:
+    """The portable tactic with the lowest MACs (``costs``: tactic -> :func:`conv_macs`) times its
+    :data:`CONV_COST_WEIGHT`; ties go to the first in :data:`CONV_TACTICS` order."""
+    return min(PORTABLE, key=lambda t: costs[t] * CONV_COST_WEIGHT[t])
+
+
+def conv_by_cost(channels: int, size: tuple[int, ...], taps: tuple[int, ...]) -> str:
+    """The tactic export picks by cost for this convolution (:func:`cheapest_conv`)."""
+    return cheapest_conv({t: conv_macs(t, channels, size, taps) for t in PORTABLE})
+
+
+# --- the resampling -------------------------------------------------------------------------------
+
+
+def _factored_macs(n: int, size: int, n2: int) -> int:
+    """Real multiply-accumulates per line of the factored form with common split ``n2``."""
+    n1, m = n // n2, size // n2
+    k1 = -(-(min(n, size) // 2 + 1) // n2)
+    return 2 * n2 * n2 * n1 + 4 * n2 * n1 * k1 + 4 * n2 * k1 * m + 2 * n2 * n2 * m
+
+
+@functools.cache
+def factored_split(n: int, size: int) -> tuple[int, int]:
+    """(N2, MACs per line): the common divisor N2 of n and ``size`` minimising the factored
+    form's multiply-accumulates."""
+    g = math.gcd(n, size)
+    return min(((d, _factored_macs(n, size, d)) for d in range(1, g + 1) if g % d == 0),
+               key=lambda t: t[1])
+
+
+def split_macs(n: int, size: int, a: int, b: int) -> int:
+    """Real multiply-accumulates per line of the factored form with split a on the input side and
+    b on the output side: 2 a n, 4 n K1, 4 K1' size, 2 b size (K1 = ceil(keep / a),
+    K1' = ceil(keep / b), keep = min(n, size) // 2 + 1 bins)."""
+    keep = min(n, size) // 2 + 1
+    return 2 * a * n + 4 * n * -(-keep // a) + 4 * size * -(-keep // b) + 2 * b * size
+
+
+@functools.cache
+def split_pair(n: int, size: int) -> tuple[int, int, int]:
+    """(N2 of the input side, N2' of the output side, MACs per line): each divides its own length
+    and minimises its half of :func:`split_macs` (no common factor needed: the spectrum is
+    re-laid out between the halves)."""
+    keep = min(n, size) // 2 + 1
+
+    def best(length: int) -> int:
+        divisors = [d for d in range(1, length + 1) if length % d == 0]
+        return min(divisors, key=lambda d: 2 * d * length + 4 * length * -(-keep // d))
+
+    a, b = best(n), best(size)
+    return a, b, split_macs(n, size, a, b)
+
+
+def resample_macs(form: str, n: int, size: int) -> int:
+    """Real multiply-accumulates per line of one resampling of a length-n axis to ``size``."""
+    if form == "dense":
+        return n * size
+    if form == "factored":
+        return factored_split(n, size)[1]
+    if form == "split":
+        return split_pair(n, size)[2]
+    raise ValueError(f"unknown resampling tactic {form!r}; choose from "
+                     f"{', '.join(RESAMPLE_FORMS)}")
+
+
+@functools.cache
+def resample_candidates(n: int, size: int) -> tuple[str, ...]:
+    """The forms worth trying: ``factored`` needs a common factor N2 > 1 of n and ``size``;
+    ``split`` a split on either side, and differs from ``factored`` only where the best splits of
+    the two sides differ."""
+    cands = ["dense"]
+    common = factored_split(n, size)[0]
+    if common > 1:
+        cands.append("factored")
+    a, b, _ = split_pair(n, size)
+    if max(a, b) > 1 and (a, b) != (common, common):
+        cands.append("split")
+    return tuple(cands)
+
+
+@functools.cache
+def cheapest_resample(n: int, size: int) -> str:
+    """By cost: the factored form (``factored`` or ``split``, the fewer MACs) when its MACs times
+    FACTORED_MAC_PENALTY are fewer than the dense MatMul's."""
+    cands = [t for t in resample_candidates(n, size) if t != "dense"]
+    if not cands:
+        return "dense"
+    best = min(cands, key=lambda t: resample_macs(t, n, size))
+    factored = resample_macs(best, n, size) * FACTORED_MAC_PENALTY
+    return best if factored < resample_macs("dense", n, size) else "dense"
