@@ -253,7 +253,8 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
         "trained = the masked trained model, static = the static module, both eager PyTorch; "
         "x = how many times faster onnxruntime is.",
         "",
-        f"| network | L | threads | blocks | tactics (tuned) | theoretical MMAC | paper MMAC | "
+        f"| network | L | threads | blocks | tactics (tuned) | theoretical MMAC | "
+        f"search cost MMAC | "
         f"ORT B={small} | trained B={small} | static B={small} | ORT B={large} | "
         f"trained B={large} | static B={large} | GFLOP/s B={small} / B={large} / MatMul "
         f"ceiling |",

@@ -219,15 +219,19 @@ def deployment_view(run: Path, key: str, wide: bool) -> None:
             return
         left, right = st.columns(2)
         batch = left.selectbox("Batch", batches, key=f"{key}-batch")
-        cost = right.radio("Theoretical cost", ["theoretical", "paper"], horizontal=True,
-                           key=f"{key}-cost", help="theoretical: MACs of the lowered operators; "
-                           "paper: the search's cost model (appendix C)")
+        cost = right.radio(
+            "Theoretical cost", ["theoretical", "paper"], horizontal=True, key=f"{key}-cost",
+            format_func={"theoretical": "as exported", "paper": "search's cost model"}.get,
+            help="as exported: MACs of the operators this export lowered to, at the tactics it "
+                 "chose; search's cost model: the same operators at the tactics export picks by "
+                 "cost, the figure the budget constrained (they differ only where tuning by "
+                 "measured latency chose another tactic)")
         frame = data.latency_frame(report, batch, cost)
         total = frame.iloc[-1]
         a, b, c = st.columns(3)
         a.metric(f"onnxruntime total (batch {batch})", f"{total['measured_ms']:.3f} ms")
-        b.metric("theoretical total", f"{total['theoretical']:,.0f} MACs")
-        c.metric("paper cost model", f"{total['paper']:,.0f} MACs")
+        b.metric("theoretical total, as exported", f"{total['theoretical']:,.0f} MACs")
+        c.metric("search's cost model", f"{total['paper']:,.0f} MACs")
         if frame["measured_ms"].iloc[:-1].isna().all():
             st.info("Per-layer latency was not measured (export --no-per-layer).")
         else:

@@ -29,6 +29,20 @@ class BlockArchitecture:
     n_mid: int
     n_out: int
     depth_weight: float  # depth-mask value (1.0 when depth is not learned)
+    # per axis, the deployed convolution's taps (None: kernel_taps): 2 R - 1 where export folds
+    # the resolution mask of a full-resolution axis into the kernel (BlockPlan.conv_taps)
+    conv_taps: list[int] | None = None
+    # per axis, whether the resolution mask crops it: the block downsamples there, even where
+    # the cropped length rounds up to the input's (None: where resolution < input_size)
+    cropped: list[bool] | None = None
+
+    def deployed_taps(self) -> list[int]:
+        return list(self.kernel_taps if self.conv_taps is None else self.conv_taps)
+
+    def cropped_axes(self, input_size) -> list[bool]:
+        if self.cropped is not None:
+            return list(self.cropped)
+        return [r < s for r, s in zip(self.resolution, input_size)]
 
 
 @dataclass
@@ -44,6 +58,7 @@ class Architecture:
     max_depth: int = 0
     max_width: int = 0
     epoch: int | None = None
+    vocab_size: int = 0  # > 0: token inputs, the encoder a table look-up
     schema: str = SCHEMA
     version: int = VERSION
 
@@ -84,6 +99,8 @@ class Architecture:
         kwargs = {k: _field(data, k, check, where) for k, check in top.items()}
         epoch = data.get("epoch")
         _expect(epoch is None or _nonneg_int(epoch), where, "epoch", "null or an integer >= 0")
+        vocab_size = data.get("vocab_size", 0)  # absent in files from before it was recorded
+        _expect(_nonneg_int(vocab_size), where, "vocab_size", "an integer >= 0", vocab_size)
         blocks = _field(data, "blocks", lambda v: isinstance(v, list), where)
         block_fields = {
             "index": _nonneg_int,
@@ -95,21 +112,20 @@ class Architecture:
             "n_out": _pos_int,
             "depth_weight": _number,
         }
+        optional = {"conv_taps": _int_list, "cropped": _bool_list}  # None when absent
         parsed = []
         for i, block in enumerate(blocks):
             _expect(isinstance(block, dict), where, f"blocks[{i}]", "a JSON object")
-            parsed.append(
-                BlockArchitecture(
-                    **{
-                        k: _field(block, k, check, where, f"blocks[{i}].")
-                        for k, check in block_fields.items()
-                    }
-                )
-            )
+            fields = {k: _field(block, k, check, where, f"blocks[{i}].")
+                      for k, check in block_fields.items()}
+            for k, check in optional.items():
+                if block.get(k) is not None:
+                    fields[k] = _field(block, k, check, where, f"blocks[{i}].")
+            parsed.append(BlockArchitecture(**fields))
         _expect(
             len(parsed) == kwargs["depth"], where, "depth", f"the number of blocks ({len(parsed)})"
         )
-        return cls(**kwargs, blocks=parsed, epoch=epoch)
+        return cls(**kwargs, blocks=parsed, epoch=epoch, vocab_size=vocab_size)
 
     @classmethod
     def load(cls, path: str | Path) -> Architecture:
@@ -152,6 +168,11 @@ def _int_list(v) -> bool:
     return isinstance(v, list) and len(v) in (1, 2) and all(_pos_int(x) for x in v)
 
 
+def _bool_list(v) -> bool:
+    """a list of 1 or 2 booleans"""
+    return isinstance(v, list) and len(v) in (1, 2) and all(isinstance(x, bool) for x in v)
+
+
 def _bool(v) -> bool:
     """true or false"""
     return isinstance(v, bool)
@@ -184,6 +205,8 @@ def describe(model, epoch: int | None = None) -> Architecture:
             n_mid=p.n_mid,
             n_out=p.n_out,
             depth_weight=1.0 if p.depth_weight is None else round(float(p.depth_weight), 6),
+            conv_taps=list(p.conv_taps),
+            cropped=list(p.cropped),
         )
         for p in plan.blocks
     ]
@@ -199,6 +222,7 @@ def describe(model, epoch: int | None = None) -> Architecture:
         max_depth=c.max_depth,
         max_width=c.max_width,
         epoch=epoch,
+        vocab_size=c.vocab_size,
     )
 
 
@@ -301,9 +325,12 @@ def set_masks(model, arch: Architecture) -> None:
                     width = getattr(b, key)
                     model.mask_width[b.index, j] = sigmoid_mu(width, width, H, c.tau_width,
                                                               f"{where}.{key}", width)
+            cropped = b.cropped_axes(c.input_size)
             for a, (n, r) in enumerate(zip(c.input_size, b.resolution)):
-                if c.learns("R"):  # the bin counts that give r (on long axes, several)
-                    bins = [k for k in range(1, n // 2 + 2) if resolution_for_bins(k, n) == r]
+                if c.learns("R"):  # the bin counts that give r (on long axes, several), cropped
+                    # or not (a cropped length may round up to n)
+                    bins = [k for k in range(1, n // 2 + 2)
+                            if resolution_for_bins(k, n) == r and (k <= n // 2) == cropped[a]]
                     model.mask_res[b.index, a] = sigmoid_mu(
                         min(bins, default=0), max(bins, default=0), n // 2 + 1,
                         c.tau_resolution, f"{where}.resolution", r)

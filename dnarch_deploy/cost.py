@@ -1,39 +1,33 @@
-"""The cost model (paper §2.5 and appendix C), in multiply-accumulates.
+"""The cost model: the multiply-accumulates per sample of the network export deploys.
 
-Layer costs are pure functions of sizes; a size may be an int (a frozen architecture: the
-"theoretical" figure export compares latency with) or a differentiable tensor from the masks'
-``size()`` (the search's complexity loss). Terms follow appendix C, with two choices made explicit:
+A budget is a promise about the deployed network (design.md, "Cost model and budget"), so the
+cost prices every operator export lowers a network to, as export lowers it by cost
+(:func:`dnarch_deploy.operators.block_operators`): per block the spectral down- and up-sampling
+of each resampled axis in its cheapest form, the depthwise convolution at the tactic export picks
+for its size and its deployed taps (2 R - 1 where the resolution mask is folded into the kernel),
+the two pointwise linear maps, the GELU and the residual add; the encoder's linear map and GELU
+(its norm folded into the linear map) and the decoder. So a found network's figure is export's
+theoretical total for it (``--no-tune``; a tuned export may pick other tactics by measurement).
 
-- the Fourier convolution costs ``C N log2 N`` for C depthwise channels (the paper writes
-  ``L log L`` per channel and leaves the channel count implicit), where N is the length the
-  block's FFTs need: a 'same' convolution at resolution R with t taps needs N = prod over axes of
-  (R + t // 2) (:func:`dnarch_deploy.spectral.conv_fft_length`, the rule training and export
-  use; they round N up to a fast FFT length, which the cost leaves out). This is where the
-  kernel size enters the cost (through t, the kernel's extent K scaled to the block's
-  resolution: t = K R / S), so L_comp pushes on the kernel mask too; with ``L log L`` it would be
-  the only mask the budget cannot see;
-- pointwise terms are BatchNorm, GELU and the residual add; dropout is free at inference.
+Left out: the kernel network and the masks (gone after export), the input normalisation and the
+pooling's divisions.
 
-One function sums them for a whole network, :func:`network_cost`; the search's loss
-(:func:`model_cost`), the default budget (:func:`base_cost`), a found architecture's figure
-(:func:`architecture_cost`, per layer :func:`layer_costs`) and export's report all go through it.
-
-Left out, as in the paper: the kernel network (its cost does not scale with the input), the
-spectral down/up-sampling transforms (fused with the convolution's transforms in the paper), the
-mask values (folded into weights), the input normalisation and the global pooling's divisions.
+Sizes may be ints (a frozen architecture: :func:`architecture_cost`, per layer
+:func:`layer_costs`) or, in the search's loss (:func:`model_cost`), straight-through tensors: each
+operator's value is the lowered network's, its gradient that of a smooth formula of the same
+shape in the masks' continuous sizes (:func:`_proxies`), scaled to the value.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from . import masks as M
 from .model import DNArch, Plan
-from .spectral import conv_fft_length
+from .operators import Operator, block_operators
 
 Size = Tensor | float
 
@@ -43,54 +37,16 @@ def linear_cost(length: Size, n_in: Size, n_out: Size) -> Size:
     return length * n_in * n_out
 
 
-def fourier_conv_cost(length: Size, channels: Size) -> Size:
-    """Depthwise Fourier convolution: C * L * log2(L), for L >= 1 (a relaxed size below 1 sample
-    counts as 1, so a block shrunk to nothing costs nothing rather than NaN)."""
-    if isinstance(length, Tensor):
-        length = length.clamp_min(1.0)
-        return channels * length * torch.log2(length)
-    length = max(length, 1.0)
-    return channels * length * math.log2(length)
-
-
 def pointwise_cost(length: Size, channels: Size) -> Size:
-    """Elementwise operation (norm, activation, residual add): L * C."""
+    """Elementwise operation (activation, residual add, pooling): L * C."""
     return length * channels
 
 
-def fft_length(resolution: Sequence[Size], taps: Sequence[Size]) -> Size:
-    """N = prod_a conv_fft_length(R_a, t_a) = prod_a (R_a + t_a // 2): the FFT size of a 'same'
-    convolution at resolution R with t_a taps per axis (relaxed sizes: R_a + (t_a - 1) / 2)."""
-    return math.prod(conv_fft_length(r, t) for r, t in zip(resolution, taps))
-
-
-def block_cost(
-    length: Size,
-    resolution: Size,
-    n_in: Size,
-    n_mid: Size,
-    n_out: Size,
-    fft_size: Size | None = None,
-) -> dict:
-    """Cost terms of one residual block: ``length`` is the input's size, ``resolution`` the size
-    at which the block computes (both products over the spatial axes), ``fft_size`` the length of
-    the convolution's FFTs (:func:`fft_length`; default ``resolution``, the paper's form)."""
-    return {
-        "norm": pointwise_cost(length, n_in),
-        "conv": fourier_conv_cost(resolution if fft_size is None else fft_size, n_in),
-        "linear1": linear_cost(resolution, n_in, n_mid),
-        "gelu": pointwise_cost(resolution, n_mid),
-        "linear2": linear_cost(resolution, n_mid, n_out),
-        "residual": pointwise_cost(length, n_out),
-    }
-
-
 def encoder_cost(length: Size, in_channels: int, stream: Size) -> dict:
-    return {
-        "linear": linear_cost(length, in_channels, stream),
-        "norm": pointwise_cost(length, stream),
-        "gelu": pointwise_cost(length, stream),
-    }
+    """The encoder as deployed: a linear map (none for tokens: ``in_channels`` 0, a table
+    look-up) with the norm folded in, and a GELU."""
+    return {"linear": linear_cost(length, in_channels, stream),
+            "gelu": pointwise_cost(length, stream)}
 
 
 def decoder_cost(length: Size, stream: Size, out_channels: int, dense: bool) -> dict:
@@ -102,6 +58,9 @@ def decoder_cost(length: Size, stream: Size, out_channels: int, dense: bool) -> 
 def _straight_through(soft: Tensor, hard: Tensor) -> Tensor:
     """``hard`` in value, ``soft``'s gradient (one autograd node)."""
     return soft + (hard - soft.detach())
+
+
+# --- the search's cost: differentiable in the masks ----------------------------------------------
 
 
 def _soft_sizes(model: DNArch) -> tuple[Tensor, Tensor]:
@@ -134,50 +93,16 @@ def _soft_sizes(model: DNArch) -> tuple[Tensor, Tensor]:
     return torch.cat([widths, resolution, kernel], dim=-1), weights
 
 
-def network_cost(
-    *,
-    length: Size,
-    in_channels: int,
-    out_channels: int,
-    dense: bool,
-    stream: Size,
-    resolution: Tensor,
-    n_in: Tensor,
-    n_mid: Tensor,
-    n_out: Tensor,
-    fft_size: Tensor,
-    block_weights: Tensor | None = None,
-) -> dict:
-    """The cost of a network from its sizes: the one sum every figure of it goes through (the
-    search's loss, :func:`base_cost`, :func:`architecture_cost` and export's report).
-
-    ``length`` is the input's size (product over the spatial axes); each block argument holds one
-    entry per block, a (D,) tensor: ``resolution`` and ``fft_size`` as products over the axes
-    (:func:`fft_length`), the widths. ``block_weights`` (default 1) multiply each block's terms:
-    the depth. Returns ``{"total", "encoder": dict, "blocks": dict of (D,) tensors,
-    "block_weights", "decoder"}``.
-    """
-    blocks = block_cost(length, resolution, n_in, n_mid, n_out, fft_size=fft_size)
-    if block_weights is None:
-        block_weights = torch.ones_like(n_in)
-    enc = encoder_cost(length, in_channels, stream)
-    dec = decoder_cost(length, stream, out_channels, dense)
-    total = sum(enc.values()) + sum(dec.values()) + (block_weights * sum(blocks.values())).sum()
-    return {
-        "total": total,
-        "encoder": enc,
-        "blocks": blocks,
-        "block_weights": block_weights,
-        "decoder": dec,
-    }
-
-
 def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
     """The straight-through sizes of the network the masks describe: each value is what the
     plan materialises (whole blocks, whole channels, the resolution and kernel taps actually
     used), each gradient the continuous size() of its mask (:func:`_soft_sizes`). Per block,
     (max_depth,) tensors: ``n_in``, ``n_mid``, ``n_out``, ``resolution`` and ``taps`` (lists,
-    one per axis), ``weights`` (1 for a block that runs, else 0, in value); ``stream``."""
+    one per axis), ``weights`` (1 for a block that runs, else 0, in value); ``stream``;
+    ``operators``: per block the lowered operators (:func:`dnarch_deploy.operators
+    .block_operators`) of its materialised sizes, and ``conv_taps``: per block its deployed
+    convolution's taps (for a block that does not run, both at its rounded continuous sizes:
+    what it would cost if it ran, the depth's gradient)."""
     c = model.config
     axes = len(c.input_size)
     if plan is None:
@@ -196,38 +121,112 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
     sizes = _straight_through(soft, hard)
     columns = sizes.unbind(-1)
     res_axes, kernel = list(columns[3 : 3 + axes]), columns[3 + axes :]
+    taps = [k * r / s for k, r, s in zip(kernel, res_axes, c.input_size)]
+    lowered = {p.index: (p.conv_taps, p.cropped) for p in plan.blocks}
+    conv_taps, operators = [], []
+    for b, row in enumerate(hard.tolist()):
+        n_in, n_mid, n_out = (max(1, round(v)) for v in row[:3])
+        if b in lowered:
+            res = tuple(int(r) for r in row[3 : 3 + axes])
+            deployed, cropped = lowered[b]
+        else:  # not run: its rounded continuous sizes, lowered as the plan would
+            res = tuple(min(s, max(1, round(r))) for r, s in zip(row[3 : 3 + axes], c.input_size))
+            cropped = tuple(r < s for r, s in zip(res, c.input_size))
+            kernel = (k * r / s for k, r, s in zip(row[3 + axes :], res, c.input_size))
+            deployed = tuple(
+                2 * r - 1 if c.learns("R") and not crop else 2 * max(0, round((t - 1) / 2)) + 1
+                for r, t, crop in zip(res, kernel, cropped))
+        conv_taps.append(deployed)
+        operators.append(block_operators(tuple(c.input_size), res, n_in, n_mid, n_out,
+                                         deployed, cropped))
     return {
         "n_in": columns[0], "n_mid": columns[1], "n_out": columns[2], "resolution": res_axes,
         # a kernel spanning K input samples has K R / S taps at resolution R
-        "taps": [k * r / s for k, r, s in zip(kernel, res_axes, c.input_size)],
+        "taps": taps,
         "weights": _straight_through(soft_weights, hard_weights),
         # the stream is as wide as the widest channel a block in use reads or writes
         "stream": sizes[ran, 0:3:2].max() if c.learns("W") and ran else float(c.max_width),
+        "conv_taps": conv_taps,
+        "operators": operators,
     }
 
 
-def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
-    """Differentiable cost of the architecture the masks describe (:func:`network_cost`) at
-    :func:`model_sizes`, so the loss prices exactly the network that runs and is exported
-    (``total`` == :func:`architecture_cost` of :func:`~dnarch_deploy.describe`), while the masks
-    still get smooth gradients. (With the continuous sizes as values, the floor-like discrete
-    counts left found networks up to 14% under the budget; a fractional last block was paid for
-    but not run.)
+def _deployed_taps(z: dict, input_size) -> list[Tensor]:
+    """Per axis, (D,): the deployed convolution's taps, the kernel's (straight-through) where
+    they are the kernel's, else the fixed 2 R - 1 of a folded resolution mask."""
+    out = []
+    for a, taps in enumerate(z["taps"]):
+        kernel = [2 * max(0, round((float(t) - 1) / 2)) + 1 for t in taps.detach().tolist()]
+        folded = torch.tensor([d[a] != k for d, k in zip(z["conv_taps"], kernel)])
+        fixed = torch.tensor([float(d[a]) for d in z["conv_taps"]], dtype=taps.dtype)
+        out.append(torch.where(folded, fixed, taps))
+    return out
 
-    ``plan``: the step's plan, if already drawn (saves drawing it again). Returns ``{"total":
-    Tensor, "encoder": dict, "blocks": dict, "block_weights": Tensor, "decoder": dict}``; the
-    blocks' terms are (max_depth,) tensors, one entry per block (weighted by ``block_weights``).
+
+def _proxies(name: str, kinds: list[str], z: dict, input_size) -> Tensor:
+    """(D,): a smooth formula of operator ``name``'s shape in the straight-through sizes, whose
+    gradient the operator's cost follows (its value is rescaled to the lowered MACs): exact
+    products for the pointwise layers and dense resampling, C R prod(taps) for a direct
+    convolution, C N log2 N for the FFT forms and (n + m) log2(n + m) lines for the factored
+    resampling."""
+    res, size = z["resolution"], [float(s) for s in input_size]
+    r = math.prod(res)
+    if name == "linear1":
+        return r * z["n_in"] * z["n_mid"]
+    if name == "gelu":
+        return r * z["n_mid"]
+    if name == "linear2":
+        return r * z["n_mid"] * z["n_out"]
+    if name == "residual":
+        return math.prod(size) * z["n_out"]
+    if name == "conv":
+        taps = _deployed_taps(z, input_size)
+        n = math.prod(rr + (t - 1) / 2 for rr, t in zip(res, taps)).clamp_min(2.0)
+        direct = z["n_in"] * r * math.prod(taps)
+        direct_kind = torch.tensor([k == "conv.direct" for k in kinds])
+        return torch.where(direct_kind, direct, z["n_in"] * n * torch.log2(n))
+    # resampling of axis a, one axis after another: down from the input, up from the resolution
+    down, a = name.startswith("down"), int(name[-1])
+    channels = z["n_in"] if down else z["n_out"]
+    done, todo = (res, size) if down else (size, res)
+    lines = channels * math.prod(done[b] if b < a else todo[b] for b in range(len(res)) if b != a)
+    n, m = size[a] + res[a], size[a] * res[a]
+    dense_kind = torch.tensor([k == "resample.dense" for k in kinds])
+    return lines * torch.where(dense_kind, m, n * torch.log2(n))
+
+
+def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
+    """Differentiable cost of the network the masks describe: in value, the lowered MACs of
+    exactly the network that runs and is exported (``total`` == :func:`architecture_cost` of
+    :func:`~dnarch_deploy.describe`); in gradient, each operator's smooth formula
+    (:func:`_proxies`) at the masks' straight-through sizes, scaled to its value. (With the
+    continuous sizes as values, the floor-like discrete counts left found networks up to 14%
+    under the budget; a fractional last block was paid for but not run.)
+
+    ``plan``: the step's plan, if already drawn. Returns ``{"total": Tensor, "encoder": dict,
+    "blocks": dict, "block_weights": Tensor, "decoder": dict, "operators": list}``; the blocks'
+    terms are (max_depth,) tensors, one per operator name (0 where a block has no such
+    operator), weighted in the total by ``block_weights``; ``operators`` the lowered operators
+    per block (:func:`model_sizes`).
     """
     c = model.config
     z = model_sizes(model, plan)
-    # every block at once: each term is a (D,) tensor, so the step's graph does not grow with D
-    return network_cost(
-        length=float(math.prod(c.input_size)), in_channels=c.in_channels,
-        out_channels=c.out_channels, dense=c.dense, stream=z["stream"],
-        resolution=math.prod(z["resolution"]), n_in=z["n_in"], n_mid=z["n_mid"],
-        n_out=z["n_out"], fft_size=fft_length(z["resolution"], z["taps"]),
-        block_weights=z["weights"],
-    )
+    length = float(math.prod(c.input_size))
+    names = list(dict.fromkeys(n for ops in z["operators"] for n in ops))
+    blocks = {}
+    for name in names:
+        hard = torch.tensor([ops[name].macs if name in ops else 0.0 for ops in z["operators"]],
+                            dtype=z["weights"].dtype)
+        kinds = [ops[name].kind if name in ops else "" for ops in z["operators"]]
+        proxy = _proxies(name, kinds, z, c.input_size)
+        scale = torch.where(hard > 0, hard / proxy.detach().clamp_min(1e-30), 0.0)
+        blocks[name] = proxy * scale  # the lowered MACs in value, the proxy's gradient
+    enc = encoder_cost(length, 0 if c.vocab_size else c.in_channels, z["stream"])
+    dec = decoder_cost(length, z["stream"], c.out_channels, c.dense)
+    per_block = sum(blocks.values())
+    total = sum(enc.values()) + sum(dec.values()) + (z["weights"] * per_block).sum()
+    return {"total": total, "encoder": enc, "blocks": blocks, "block_weights": z["weights"],
+            "decoder": dec, "operators": z["operators"]}
 
 
 def model_params(model: DNArch, plan: Plan | None = None) -> Tensor:
@@ -238,27 +237,27 @@ def model_params(model: DNArch, plan: Plan | None = None) -> Tensor:
     z = model_sizes(model, plan)
     return network_params(in_channels=c.in_channels, out_channels=c.out_channels,
                           stream=z["stream"], n_in=z["n_in"], n_mid=z["n_mid"], n_out=z["n_out"],
-                          taps=math.prod(z["taps"]), block_weights=z["weights"])
+                          taps=math.prod(_deployed_taps(z, c.input_size)),
+                          block_weights=z["weights"])
 
 
 def base_cost(config) -> float:
-    """The cost of the base network CCNN_{D,H} a config describes: the default C_target."""
-    length = float(math.prod(config.input_size))
-    full = torch.full((config.depth,), float(config.width), dtype=torch.float64)
-    n = fft_length(config.input_size, config.max_kernel)
-    cost = network_cost(
-        length=length, in_channels=config.in_channels, out_channels=config.out_channels,
-        dense=config.dense, stream=float(config.width), resolution=torch.full_like(full, length),
-        n_in=full, n_mid=full, n_out=full, fft_size=torch.full_like(full, float(n)),
-    )
-    return float(cost["total"])
+    """The cost of the base network CCNN_{D,H} a config describes (full resolution, global
+    kernels, no masks): the default C_target."""
+    size, H = tuple(config.input_size), config.width
+    ops = block_operators(size, size, H, H, H, tuple(config.max_kernel), (False,) * len(size))
+    return _network_total(size, 0 if config.vocab_size else config.in_channels,
+                          config.out_channels, config.dense, H, [ops] * config.depth)
 
 
 def cost_range(config) -> tuple[float, float]:
     """(cheapest, dearest): the cost of the smallest and the largest network the search space of
-    ``config`` (its ``learn``) can materialise, every learned mask at the end of its clamping
-    range (appendix E); the cost is monotone in every mask, so no network lies outside. A budget
-    outside this range cannot be met."""
+    ``config`` (its ``learn``) can materialise: every learned mask at the end of its clamping
+    range (appendix E), and with a learned resolution also each set of axes cropped by one bin
+    (their resampling costs more than the bin saves: the dearest network may crop a little).
+    A budget outside this range cannot be met."""
+    import itertools
+
     from .architecture import describe  # architecture imports this module's neighbours
 
     model = DNArch(config)
@@ -274,7 +273,19 @@ def cost_range(config) -> tuple[float, float]:
                            "mask_depth": config.tau_depth}[name]
                     p.fill_(M.sigmoid_mu_range(tau)[end])
             costs.append(architecture_cost(describe(model)))
-    return costs[0], costs[1]
+        if config.learns("R"):
+            full = model.mask_res.detach().clone()
+            axes = range(len(config.input_size))
+            for crop in itertools.chain.from_iterable(
+                    itertools.combinations(axes, k) for k in range(1, len(axes) + 1)):
+                model.mask_res.copy_(full)
+                for a in crop:  # the top bin of n // 2 + 1 cropped
+                    bins = config.input_size[a] // 2 + 1
+                    if bins > 1:
+                        model.mask_res[:, a] = M.sigmoid_mu_for_size(
+                            (bins - 1.5) / (bins - 1), config.tau_resolution, 1)
+                costs.append(architecture_cost(describe(model)))
+    return costs[0], max(costs[1:])
 
 
 def complexity_loss(cost: Tensor, target: float) -> Tensor:
@@ -282,41 +293,41 @@ def complexity_loss(cost: Tensor, target: float) -> Tensor:
     return (cost / target - 1.0) ** 2
 
 
-def architecture_terms(arch) -> dict:
-    """:func:`network_cost` of a frozen :class:`~dnarch_deploy.architecture.Architecture`
-    (discrete sizes, float64): per term and per block, what :func:`architecture_cost` sums."""
+def architecture_operators(arch) -> list[dict[str, Operator]]:
+    """Per block of a frozen :class:`~dnarch_deploy.architecture.Architecture`, the operators it
+    lowers to by cost (:func:`dnarch_deploy.operators.block_operators`)."""
     size = tuple(arch.input_size)
+    return [block_operators(size, tuple(b.resolution), b.n_in, b.n_mid, b.n_out,
+                            tuple(b.deployed_taps()), tuple(b.cropped_axes(size)))
+            for b in arch.blocks]
 
-    def column(values) -> Tensor:
-        return torch.tensor([float(v) for v in values], dtype=torch.float64)
 
-    blocks = arch.blocks
-    return network_cost(
-        length=float(math.prod(size)), in_channels=arch.in_channels,
-        out_channels=arch.out_channels, dense=arch.dense, stream=float(arch.stream_width),
-        resolution=column(math.prod(b.resolution) for b in blocks),
-        n_in=column(b.n_in for b in blocks), n_mid=column(b.n_mid for b in blocks),
-        n_out=column(b.n_out for b in blocks),
-        fft_size=column(fft_length(b.resolution, b.kernel_taps) for b in blocks),
-    )
+def _network_total(size, in_channels, out_channels, dense, stream, operators) -> float:
+    length = float(math.prod(size))
+    return (sum(encoder_cost(length, in_channels, stream).values())
+            + sum(op.macs for ops in operators for op in ops.values())
+            + sum(decoder_cost(length, stream, out_channels, dense).values()))
+
+
+def layer_costs(arch) -> dict[str, float]:
+    """The cost of a frozen architecture per layer, named as export names them: ``encoder``,
+    ``blocks.0`` ... (the blocks in use, in order), ``decoder``; the values sum to
+    :func:`architecture_cost`."""
+    length, stream = float(math.prod(arch.input_size)), float(arch.stream_width)
+    in_channels = 0 if arch.vocab_size else arch.in_channels
+    return {
+        "encoder": float(sum(encoder_cost(length, in_channels, stream).values())),
+        **{f"blocks.{i}": float(sum(op.macs for op in ops.values()))
+           for i, ops in enumerate(architecture_operators(arch))},
+        "decoder": float(sum(decoder_cost(length, stream, arch.out_channels,
+                                          arch.dense).values())),
+    }
 
 
 def architecture_cost(arch) -> float:
     """The cost of a frozen :class:`~dnarch_deploy.architecture.Architecture` (discrete sizes):
-    the theoretical figure of a found network, in MACs."""
-    return float(architecture_terms(arch)["total"])
-
-
-def layer_costs(arch) -> dict[str, float]:
-    """:func:`architecture_cost` per layer, named as export names them: ``encoder``,
-    ``blocks.0`` ... (the blocks in use, in order), ``decoder``; the values sum to the total."""
-    terms = architecture_terms(arch)
-    per_block = sum(terms["blocks"].values()) * terms["block_weights"]
-    return {
-        "encoder": float(sum(terms["encoder"].values())),
-        **{f"blocks.{i}": float(v) for i, v in enumerate(per_block.tolist())},
-        "decoder": float(sum(terms["decoder"].values())),
-    }
+    the theoretical figure of a found network, in MACs per sample."""
+    return sum(layer_costs(arch).values())
 
 
 def network_params(*, in_channels: int, out_channels: int, stream: Size, n_in: Tensor,
@@ -344,7 +355,7 @@ def architecture_params(arch) -> int:
         in_channels=arch.in_channels, out_channels=arch.out_channels,
         stream=float(arch.stream_width), n_in=column(b.n_in for b in blocks),
         n_mid=column(b.n_mid for b in blocks), n_out=column(b.n_out for b in blocks),
-        taps=column(math.prod(b.kernel_taps) for b in blocks)))))
+        taps=column(math.prod(b.deployed_taps()) for b in blocks)))))
 
 
 def limit_loss(value: Tensor, limit: float) -> Tensor:

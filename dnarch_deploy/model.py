@@ -33,6 +33,7 @@ from .spectral import (
     conv_fft_sizes,
     fft_conv,
     frequency_positions,
+    masked_taps,
     resample,
     resolution_for_bins,
     spectrum_positions,
@@ -165,6 +166,22 @@ class BlockPlan:
     # can have at its resolution, so the masked function does not change with the kernel's taps
     conv_fft: tuple[int, ...] | None = None
     sigma: Tensor | None = None  # (axes,) Gaussian kernel-mask widths, None when K is fixed
+
+    @property
+    def cropped(self) -> tuple[bool, ...]:
+        """Per axis, whether the resolution mask crops it (the block downsamples there)."""
+        if self.m_res is None:
+            return (False,) * len(self.resolution)
+        return tuple(m is not None for m in self.m_res)
+
+    @property
+    def conv_taps(self) -> tuple[int, ...]:
+        """Per axis, the taps of the convolution export deploys: the kernel's, or with the
+        resolution mask folded in (``conv_mask``), 2 R - 1 on the axes it filters."""
+        taps = tuple(2 * h + 1 for h in self.half_taps)
+        if self.conv_mask is None:
+            return taps
+        return masked_taps(self.resolution, taps, self.conv_mask)
 
 
 @dataclass

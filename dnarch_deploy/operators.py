@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 from .spectral import conv_fft_length
 
@@ -235,3 +236,46 @@ def cheapest_resample(n: int, size: int) -> str:
     best = min(cands, key=lambda t: resample_macs(t, n, size))
     factored = resample_macs(best, n, size) * FACTORED_MAC_PENALTY
     return best if factored < resample_macs("dense", n, size) else "dense"
+
+
+# --- a block --------------------------------------------------------------------------------------
+
+
+class Operator(NamedTuple):
+    kind: str  # what a latency table is keyed by: linear, pointwise, conv.<tactic>, resample.<form>
+    macs: float  # multiply-accumulates per sample
+
+
+def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_in: int,
+                    n_mid: int, n_out: int, conv_taps: tuple[int, ...],
+                    cropped: tuple[bool, ...]) -> dict[str, Operator]:
+    """The operators one block lowers to by cost, by name in the order they run: ``down<a>`` per
+    cropped axis a (n_in channels, input size -> resolution), ``conv`` (n_in channels at the
+    resolution, ``conv_taps`` taps: the deployed kernel's), ``linear1``, ``gelu``, ``linear2`` (at
+    the resolution), ``up<a>`` per axis whose resolution is not the input's (n_out channels), and
+    ``residual`` (at the input's size). Resampling runs one axis after the other: each axis's
+    lines are the channels times the other axes' current sizes."""
+    ops: dict[str, Operator] = {}
+    shape = list(input_size)
+    for a, crop in enumerate(cropped):
+        if crop:
+            form = cheapest_resample(input_size[a], resolution[a])
+            lines = n_in * math.prod(shape) // shape[a]
+            ops[f"down{a}"] = Operator(f"resample.{form}",
+                                       float(lines * resample_macs(form, shape[a], resolution[a])))
+            shape[a] = resolution[a]
+    tactic = conv_by_cost(n_in, resolution, conv_taps)
+    r = math.prod(resolution)
+    ops["conv"] = Operator(f"conv.{tactic}", conv_macs(tactic, n_in, resolution, conv_taps))
+    ops["linear1"] = Operator("linear", float(r * n_in * n_mid))
+    ops["gelu"] = Operator("pointwise", float(r * n_mid))
+    ops["linear2"] = Operator("linear", float(r * n_mid * n_out))
+    for a, (n, size) in enumerate(zip(resolution, input_size)):
+        if n != size:
+            form = cheapest_resample(n, size)
+            lines = n_out * math.prod(shape) // shape[a]
+            ops[f"up{a}"] = Operator(f"resample.{form}",
+                                     float(lines * resample_macs(form, n, size)))
+            shape[a] = size
+    ops["residual"] = Operator("pointwise", float(math.prod(input_size) * n_out))
+    return ops

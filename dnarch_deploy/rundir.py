@@ -192,9 +192,11 @@ def read_report(run_dir: str | Path) -> dict[str, Any]:
         latency.ceiling   (version 2) {"gflops": number: one large MatMul in onnxruntime, same
                           threads, same run; "fraction_by_batch": {batch: number}}; the total
                           also has "achieved_gflops_by_batch": {batch: number}
-        ENTRY             "theoretical", "paper": MACs per sample (the lowered operators; the
-                          search's cost model); "measured_ms": ms at batch 1, null for a layer
-                          when not measured (--no-per-layer); "measured_ms_by_batch": {batch: ms};
+        ENTRY             "theoretical", "paper": MACs per sample (the lowered operators at
+                          the tactics chosen; the search's cost model: the same operators at
+                          the tactics chosen by cost); "measured_ms": ms at batch 1, null for a
+                          layer when not measured (--no-per-layer); "measured_ms_by_batch":
+                          {batch: ms};
                           layers also "tactic" (null for encoder and decoder)
 
     The total has a measurement at every batch in ``batches``.

@@ -225,11 +225,20 @@ def masked_kernel(kernel: Tensor, sizes, spectrum_mask: Tensor, fft_sizes: list[
     dims = tuple(range(-kernel.dim() + 1, 0))
     spectrum = rfftn(kernel.flip(dims), list(fft_sizes)) * spectrum_mask
     c = torch.fft.irfftn(spectrum, s=list(fft_sizes), dim=dims)  # (C, *N)
-    for d, s, k, n in zip(dims, sizes, kernel.shape[1:], fft_sizes):
-        taps = 2 * s - 1 if spectrum_mask.dim() >= -d and spectrum_mask.shape[d] > 1 else k
+    all_taps = masked_taps(sizes, kernel.shape[1:], spectrum_mask)
+    for d, taps, k, n in zip(dims, all_taps, kernel.shape[1:], fft_sizes):
         u = torch.arange(taps, device=c.device)
         c = c.index_select(d, (k // 2 + taps // 2 - u) % n)
     return c
+
+
+def masked_taps(sizes, taps, spectrum_mask: Tensor) -> tuple[int, ...]:
+    """The taps per axis of :func:`masked_kernel`: 2 S - 1 on each axis the mask filters (where it
+    has more than one value), the kernel's own ``taps`` on the others."""
+    axes = len(taps)
+    return tuple(
+        2 * int(s) - 1 if spectrum_mask.dim() >= axes - a and spectrum_mask.shape[a - axes] > 1
+        else int(k) for a, (s, k) in enumerate(zip(sizes, taps)))
 
 
 def direct_conv(x: Tensor, kernel: Tensor) -> Tensor:

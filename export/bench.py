@@ -7,10 +7,11 @@ Theoretical figures are multiply-accumulates per sample:
   conv C*L*K, MatMul-FFT its MatMuls, DFT op C*N*log2 N) plus the resampling as executed (per axis
   dense MatMul n*m per line, or the factored four-step form's MatMuls: export.resampling
   .resample_macs);
-- ``paper``: the search's cost model for the found architecture, per layer
-  (:func:`dnarch_deploy.cost.layer_costs`; appendix C: Fourier convolution C*N*log2 N, resampling
-  left out); its total is :func:`dnarch_deploy.cost.architecture_cost`, the figure the budget
-  constrains.
+- ``paper`` (the key is kept from version 1 of report.json): the search's cost model for the
+  found architecture, per layer (:func:`dnarch_deploy.cost.layer_costs`): the same operators,
+  at the tactics export picks by cost; its total is
+  :func:`dnarch_deploy.cost.architecture_cost`, the figure the budget constrains. Equal to
+  ``theoretical`` layer by layer where the export chose by cost (``--no-tune``).
 
 Measured figures: wall-clock milliseconds, medians over round-robin repeats (export.timing); per
 layer from sub-models cut out of model.onnx at layer boundaries.
@@ -188,7 +189,7 @@ def _repeat(example: Tensor, batch: int) -> Tensor:
 def format_table(latency: dict) -> str:
     """The latency section as a markdown table."""
     batches = [str(b) for b in latency["batches"]]
-    head = ["layer", "tactic", "theoretical MMAC", "paper MMAC"]
+    head = ["layer", "tactic", "theoretical MMAC", "search cost MMAC"]
     head += [f"ORT ms (B={b})" for b in batches]
     rows = [head, ["---"] * len(head)]
     for name, entry in [*latency["layers"].items(), ("total", latency["total"])]:

@@ -305,7 +305,8 @@ def test_deployment_shows_report(monkeypatch, runs_dir):
     latency = report["latency"]
     layers, total = latency["layers"], latency["total"]
     assert metric(at, "onnxruntime total (batch 1)") == f"{total['measured_ms']:.3f} ms"
-    assert metric(at, "theoretical total") == f"{total['theoretical']:,.0f} MACs"
+    assert metric(at, "theoretical total, as exported") == f"{total['theoretical']:,.0f} MACs"
+    assert metric(at, "search's cost model") == f"{total['paper']:,.0f} MACs"
     figures = charts(at)
     scatter = figures["Measured vs theoretical latency per layer"]
     points = trace(scatter, "layers")

@@ -1,4 +1,5 @@
-"""The cost model (appendix C) against closed forms and against torch's own FLOP counter."""
+"""The cost model (the deployed network's MACs) against closed forms, against the network the masks
+describe, and against torch's own FLOP counter."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from dnarch_deploy import masks as M
 from dnarch_deploy.cost import (
     architecture_cost,
     architecture_params,
-    fft_length,
     limit_loss,
     model_params,
 )
+from dnarch_deploy.operators import cheapest_resample, conv_by_cost, conv_macs, resample_macs
 
 from .helpers import set_mask_state, tiny_config, tiny_model
 
@@ -30,14 +31,17 @@ CONFIGS = {
 LEARN = ["KRWD", "none", "K", "R", "W", "D", "KWD"]
 
 
-def closed_form_base_cost(c) -> float:
-    """CCNN_{D,H} written out by hand: encoder (linear, norm, GELU), D blocks (norm, depthwise FFT
-    convolution over N = prod(S + K_max // 2) samples, two H x H pointwise layers, GELU, residual),
-    decoder (pool + linear, or a linear per position)."""
+def closed_form_base_cost(c, conv_taps=None) -> float:
+    """CCNN_{D,H} written out by hand as export deploys it: encoder (linear with the norm folded,
+    none for tokens; GELU), D blocks (the depthwise convolution at the tactic export picks by
+    cost, two H x H pointwise layers, GELU, residual; the norm folded), decoder (pool + linear, or
+    a linear per position). ``conv_taps``: the deployed kernel's taps (default the global
+    kernel's, K_max = S or S - 1 made odd)."""
     L, H, D = math.prod(c.input_size), c.width, c.depth
-    N = math.prod(s + (s if s % 2 else s - 1) // 2 for s in c.input_size)
-    encoder = L * c.in_channels * H + 2 * L * H
-    block = L * H + H * N * math.log2(N) + 2 * L * H * H + L * H + L * H
+    taps = conv_taps or tuple(s if s % 2 else s - 1 for s in c.input_size)
+    tactic = conv_by_cost(H, tuple(c.input_size), taps)
+    encoder = L * (0 if c.vocab_size else c.in_channels) * H + L * H
+    block = conv_macs(tactic, H, tuple(c.input_size), taps) + 2 * L * H * H + L * H + L * H
     decoder = L * H * c.out_channels if c.dense else L * H + H * c.out_channels
     return encoder + D * block + decoder
 
@@ -52,14 +56,15 @@ def test_base_cost_closed_form(case):
 @pytest.mark.parametrize("learn", LEARN)
 @pytest.mark.parametrize("case", CONFIGS.values(), ids=CONFIGS.keys())
 def test_model_cost_at_init_is_base_cost(case, learn):
-    """The masks start at the base size, so the search starts exactly at C_target."""
+    """The masks start at the base size, so the search starts at C_target; with a learned
+    resolution, at the base with the mask folded into every kernel: 2 S - 1 taps per axis."""
     model = tiny_model(0, dtype=torch.float32, learn=learn, **case)
+    c = model.config
     with torch.no_grad():
         cost = model_cost(model)
-    assert float(cost["total"]) == pytest.approx(base_cost(model.config), rel=1e-6)
-    assert cost["block_weights"].tolist() == [1.0] * model.config.depth + [0.0] * (
-        model.config.max_depth - model.config.depth
-    )
+    folded = tuple(2 * s - 1 for s in c.input_size) if "R" in learn else None
+    assert float(cost["total"]) == pytest.approx(closed_form_base_cost(c, folded), rel=1e-6)
+    assert cost["block_weights"].tolist() == [1.0] * c.depth + [0.0] * (c.max_depth - c.depth)
 
 
 @pytest.mark.parametrize("state", ["init", "random", "extremes", "min"])
@@ -84,15 +89,12 @@ def test_cost_gradient_reaches_every_mask():
         assert p.grad is not None and bool(p.grad.abs().sum() > 0)
 
 
-def test_fft_length_closed_form():
-    assert fft_length([20], [19]) == 29
-    assert fft_length([10], [9.5]) == pytest.approx(10 + 8.5 / 2)  # relaxed taps
-    assert fft_length([9, 12], [9, 11]) == 13 * 17
-
-
 @pytest.mark.parametrize("mask", ["mask_sigma", "mask_res", "mask_width", "mask_depth"])
 def test_shrinking_any_mask_lowers_the_cost(mask):
-    model = tiny_model(0, input_size=(9, 12))
+    # a learned resolution folds its mask into a full-resolution kernel (2 S - 1 taps, whatever
+    # the kernel mask keeps): the kernel's size shows in the cost where R is not learned
+    learn = "KWD" if mask == "mask_sigma" else "KRWD"
+    model = tiny_model(0, input_size=(9, 12), learn=learn)
     with torch.no_grad():
         before = float(model_cost(model)["total"])
         # the depth is paid for by whole blocks: move its edge past one block position
@@ -123,10 +125,14 @@ def counted_macs(model, x) -> tuple[float, float]:
     return total.get_total_flops() / 2, kernel_net.get_total_flops() / 2
 
 
-def linear_terms(cost: dict) -> float:
+def linear_terms(cost: dict, config) -> float:
+    """The cost's linear terms; with tokens plus the training model's encoder linear map, which
+    the deployed network folds into its look-up table (priced 0 there)."""
     terms = cost["blocks"]
     blocks = (cost["block_weights"] * (terms["linear1"] + terms["linear2"])).sum()
-    return float(cost["encoder"]["linear"] + blocks + cost["decoder"]["linear"])
+    tokens = math.prod(config.input_size) * config.in_channels * config.width
+    return float(cost["encoder"]["linear"] + blocks + cost["decoder"]["linear"]
+                 + (tokens if config.vocab_size else 0))
 
 
 @pytest.mark.parametrize("learn", ["none", "KRWD"])
@@ -137,14 +143,13 @@ def test_linear_terms_match_flop_counter(case, learn, monkeypatch):
     (encoder, the two pointwise layers per block, decoder) must equal them, once the kernel
     network's own matmuls are subtracted.
 
-    What the comparison leaves out, and why: the cost model's other terms are not matmuls, so
-    the counter does not see them (the FFT convolution's C N log2 N; BatchNorm, GELU, residual
-    add and pooling, L x C each); and the counter sees matmuls the paper's cost model leaves out
-    on purpose (see cost.py): the kernel network (its cost does not scale with the input; counted
-    separately here and subtracted) and the spectral resampling, which the paper fuses with the
-    convolution's FFTs (resampling is forced onto its FFT path here, which the counter does not
-    count; its matrix path is a matmul). Input normalisation, embedding look-ups and the mask
-    values (folded into weights) are not counted by either."""
+    What the comparison leaves out, and why: the training model computes its convolutions and
+    resampling with FFTs, which the counter does not see (the cost prices them as export lowers
+    them; tests/export checks those against the lowered operators; resampling is forced onto its
+    FFT path here: its matrix path is a matmul), nor the element-wise terms; and the counter
+    sees the kernel network, which the deployed network does not run (counted separately here
+    and subtracted). Input normalisation, embedding look-ups and the mask values (folded into
+    weights) are not counted by either."""
     monkeypatch.setattr(spectral, "MATRIX_MAX", 0)
     model = tiny_model(0, dtype=torch.float32, learn=learn, **case)
     x = torch.randn(1, model.config.in_channels, *model.config.input_size)
@@ -153,7 +158,7 @@ def test_linear_terms_match_flop_counter(case, learn, monkeypatch):
     total, kernel_net = counted_macs(model, x)
     assert kernel_net > 0
     with torch.no_grad():
-        expected = linear_terms(model_cost(model))
+        expected = linear_terms(model_cost(model), model.config)
     assert total - kernel_net == pytest.approx(expected, rel=1e-6)
 
 
@@ -198,9 +203,11 @@ def test_cost_values_are_the_plan_and_gradients_the_mask_sizes():
     r, taps = p.resolution[0], 2 * p.half_taps[0] + 1
     assert r < 20 and taps < c.max_kernel[0]  # the masks did crop
     assert float(block["linear1"].detach()) == pytest.approx(r * p.n_in * p.n_mid)
-    n = r + taps // 2  # the 'same' convolution's FFT length at resolution r
-    assert float(block["conv"].detach()) == pytest.approx(p.n_in * n * math.log2(n))
-    assert float(block["norm"].detach()) == pytest.approx(20 * p.n_in)  # at the input's length
+    tactic = conv_by_cost(p.n_in, (r,), (taps,))  # a cropped axis: the kernel's own taps
+    assert float(block["conv"].detach()) == pytest.approx(conv_macs(tactic, p.n_in, (r,), (taps,)))
+    down, up = cheapest_resample(20, r), cheapest_resample(r, 20)
+    assert float(block["down0"].detach()) == pytest.approx(p.n_in * resample_macs(down, 20, r))
+    assert float(block["up0"].detach()) == pytest.approx(p.n_out * resample_macs(up, r, 20))
     # size(m_depth) = 2.5, but only the blocks the plan runs are paid for
     assert len(plan.blocks) == 2
     torch.testing.assert_close(

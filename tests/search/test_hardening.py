@@ -118,10 +118,14 @@ def test_a_budget_outside_the_search_space_is_refused_with_the_range(capsys, tmp
 
 
 def test_reachable_costs_are_those_of_the_masks_extreme_networks():
-    """The largest DNArch(K) network is the base CCNN (global kernels); learning widths and depth
-    reaches 2D blocks of 2H channels, and below the base."""
-    from dnarch_deploy import ModelConfig, base_cost
-    from dnarch_deploy.cost import cost_range
+    """The largest DNArch(K) network is the base CCNN (global kernels); learning widths, depth
+    and resolution reaches 2D blocks of 2H channels cropped by one bin (resampling added, their
+    most expensive form), and far below the base."""
+    import torch
+
+    from dnarch_deploy import DNArch, ModelConfig, base_cost, describe
+    from dnarch_deploy import masks as M
+    from dnarch_deploy.cost import architecture_cost, cost_range
 
     config = ModelConfig(in_channels=1, out_channels=2, input_size=(150,), learn="K")
     low, high = cost_range(config)
@@ -130,7 +134,15 @@ def test_reachable_costs_are_those_of_the_masks_extreme_networks():
     low, high = cost_range(full)
     wide = ModelConfig(in_channels=1, out_channels=2, input_size=(150,), learn="none",
                        depth=2 * full.depth, width=2 * full.width)
-    assert high == pytest.approx(base_cost(wide), rel=1e-12)
+    widest = DNArch(full)
+    with torch.no_grad():
+        widest.mask_width.fill_(M.sigmoid_mu_range(full.tau_width)[1])
+        widest.mask_depth.fill_(M.sigmoid_mu_range(full.tau_depth)[1])
+        widest.mask_res.fill_(M.sigmoid_mu_for_size(74.5 / 75, full.tau_resolution, 1))
+    cropped = describe(widest)  # 76 bins -> 75: 149 samples, on a fast length 150: a filter
+    assert [(b.resolution, b.cropped) for b in cropped.blocks] == [([150], [True])] * 8
+    assert high == pytest.approx(architecture_cost(cropped), rel=1e-12)
+    assert high > base_cost(wide)
     assert low < 0.05 * base_cost(full)
 
 
