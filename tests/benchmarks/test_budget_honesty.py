@@ -1,0 +1,113 @@
+"""benchmarks/budget_honesty.py --report-only on hand-made sweeps: its tables and targets against
+figures computed by hand (the comments), through the command line as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from dnarch_deploy import sweepdir as S
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "budget_honesty.py"
+
+
+def row(kind: str, seed: int, ms1: float, ms32: float, metric: float, macs: float,
+        budget: float | None = None, width: int = 32, depth: int = 4) -> dict:
+    """A pareto.json row; searches grew from the base CCNN_{4,32}."""
+    return {"kind": kind, "budget": budget, "width": width, "depth": depth, "seed": seed,
+            "test_metric": metric, "ms": {"1": ms1, "32": ms32}, "macs": macs, "params": 1,
+            "run_dir": f"runs/{kind}-{seed}", "pareto": {"1": False, "32": False}}
+
+
+def write_sweep(out: Path, task: str, rows: list[dict]) -> None:
+    sweep_dir = out / task.replace(":", "-")
+    sweep_dir.mkdir(parents=True)
+    (sweep_dir / S.PARETO).write_text(json.dumps({
+        "schema": S.PARETO_SCHEMA, "version": S.VERSION, "task": task,
+        "metric_name": "accuracy", "higher_is_better": True, "batches": [1, 32], "threads": 1,
+        "repeats": 5, "rows": rows}))
+
+
+def gunpoint() -> list[dict]:
+    rows = []
+    for seed in (0, 1):
+        rows += [row("base", seed, 2.0, 20.0, 0.95, 1000),  # the base CCNN_{4,32}
+                 row("base", seed, 1.0, 8.0, 0.90 + 0.02 * seed, 300, width=16),
+                 row("base", seed, 1.15, 9.0, 0.93 + 0.02 * seed, 500, depth=2),
+                 row("base", seed, 0.58, 5.0, 0.80 + 0.02 * seed, 90, width=8)]
+    return rows + [
+        # 0.25: B=1 ratios 0.25, 0.30; B=32 0.35, 0.35; MACs 0.25, 0.27
+        row("search", 0, 0.5, 7.0, 0.85, 250, 0.25), row("search", 1, 0.6, 7.0, 0.87, 270, 0.25),
+        # 0.5: B=1 0.55, 0.55; B=32 0.5, 0.5; MACs 0.5, 0.5
+        row("search", 0, 1.1, 10.0, 0.93, 500, 0.5), row("search", 1, 1.1, 10.0, 0.96, 500, 0.5),
+        # 1: B=1 1.1, 1.5; B=32 1.05, 1.5; MACs 1, 1
+        row("search", 0, 2.2, 21.0, 0.95, 1000, 1.0), row("search", 1, 3.0, 30.0, 0.95, 1000, 1.0),
+    ]
+
+
+def digits() -> list[dict]:
+    rows = []
+    for seed in (0, 1):
+        rows += [row("base", seed, 2.0, 20.0, 0.95, 1000),
+                 row("base", seed, 1.5, 12.0, 0.94, 300, width=16),
+                 row("search", seed, 1.0, 5.0, 0.90, 300, 0.25)]  # B=1 0.5, B=32 0.25
+    return rows
+
+
+def cells(text: str, start: str) -> list[str]:
+    line = next(ln for ln in text.splitlines() if ln.startswith(start))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_report_only_tables_and_targets(tmp_path: Path):
+    out, results = tmp_path / "bh", tmp_path / "bh.md"
+    write_sweep(out, "ucr:GunPoint", gunpoint())
+    write_sweep(out, "digits", digits())
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--report-only", "--tasks",
+                           "ucr:GunPoint", "digits", "--seeds", "2", "--out", str(out),
+                           "--results", str(results)], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = results.read_text()
+    assert proc.stdout.strip() == text.strip()
+
+    # Table 1: cost-model ratio, measured B=1 and B=32 (mean ± std over the 2 seeds), within
+    # ±20 % of the budget (0.275 / 0.25 = 1.1: met; 0.35 / 0.25 = 1.4: missed)
+    t1 = "| task | budget | cost model"
+    head = text.index(t1)
+    assert cells(text[head:], "| ucr:GunPoint | 0.25 |")[2:] == [
+        "0.260 ± 0.014", "0.275 ± 0.035", "0.350 ± 0.000", "met / **missed**"]
+    assert cells(text[head:], "| ucr:GunPoint | 0.5 |")[2:] == [
+        "0.500 ± 0.000", "0.550 ± 0.000", "0.500 ± 0.000", "met / met"]
+    assert cells(text[head:], "| ucr:GunPoint | 1 |")[2:] == [
+        "1.000 ± 0.000", "1.300 ± 0.283", "1.275 ± 0.318", "**missed** / **missed**"]
+    assert cells(text[head:], "| digits | 0.25 |")[2:] == [
+        "0.300 ± 0.000", "0.500 ± 0.000", "0.250 ± 0.000", "**missed** / met"]
+    assert cells(text[head:], "| digits | 0.5 |")[2] == "no search"
+
+    # Table 2. GunPoint 0.25: found 0.55 ms; 8x4 at 0.58 / 0.55 = 1.05x, accuracy 0.81 ± 0.014
+    # against 0.86 ± 0.014: a win. 0.5: found 1.1 ms; 16x4 (0.91x) and 32x2 (1.05x) within 10 %,
+    # the better 32x2 0.94 ± 0.014 against 0.945 ± 0.021: a tie. digits 0.25: found 1.0 ms, the
+    # nearest base point 16x4 at 1.5x: not at equal latency
+    t2 = text[text.index("| task | budget | found: test metric"):]
+    assert cells(t2, "| ucr:GunPoint | 0.25 |")[2:] == [
+        "accuracy 0.860 ± 0.014", "0.550 ± 0.071", "8x4: 1.05x, 0.810 ± 0.014",
+        "win against 8x4"]
+    assert cells(t2, "| ucr:GunPoint | 0.5 |")[4:] == [
+        "16x4: 0.91x, 0.910 ± 0.014; 32x2: 1.05x, 0.940 ± 0.014", "tie against 32x2"]
+    assert cells(t2, "| digits | 0.25 |")[4:] == [
+        "none; nearest 16x4: 1.50x, 0.940 ± 0.000",
+        "(loss against 16x4, not at equal latency)"]
+    assert not any(ln.startswith("| ucr:GunPoint | 1 |") for ln in t2.splitlines())
+
+    targets = text[text.index("## Targets"):]
+    assert "0.25, 0.5 and 1, on every task: **missed** (4 of 12; 4 not measured)" in targets
+    assert ("At budget 0.25, DNArch(K,R,W,D) beats the narrowed base at equal latency (±10%) "
+            "on ≥ 2 of 3 tasks: **missed** (1 of 2: ucr:GunPoint; no base point at equal "
+            "latency on digits)") in targets
+    assert "At budget 0.5," in targets and "**missed** (0 of 1)" in targets
