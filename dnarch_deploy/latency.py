@@ -1,0 +1,321 @@
+"""Per-operator latency table: measured onnxruntime milliseconds, looked up by operator kind and
+multiply-accumulates (ProxylessNAS / FBNet style).
+
+The lowered network is a sum of operators, each a *kind* (:data:`KINDS`) with a MAC count per
+sample; :meth:`LatencyTable.predict_ms` prices one of them at a batch size. ``python -m
+export.latency_table`` measures a table on this machine and caches it; a default measured once
+ships with the package (``dnarch_deploy/data/latency_default.json``).
+
+The file is JSON::
+
+    {"schema": "dnarch-deploy/latency-table/1",
+     "header": {"cpu": "AMD EPYC", "cpu_count": 16, "threads": 1, "batches": [1, 32],
+                "versions": {"onnxruntime": ..., "torch": ..., "onnx": ..., "python": "3.11",
+                             "dnarch-deploy": ...},
+                "date": "2026-01-01T00:00:00+00:00", "command": "python -m export.latency_table"},
+     "points": {"1": {"linear": [{"macs": 2048.0, "ms": 0.011, "shape": "C=8->8 S=(16,)"}, ...],
+                      ...every kind...},
+                "32": {...}}}
+
+``macs`` is per sample, ``ms`` the median wall-clock time of the whole batch.
+
+Prediction (:meth:`LatencyTable.predict_ms`): piecewise-linear in log(MACs)-log(ms) through the
+kind's points at that batch, beyond the first and last point proportional to MACs (a line of
+slope 1 in log-log), 0 ms at 0 MACs. Before interpolating, points with equal MACs are averaged and
+the curve is made non-decreasing (pool adjacent violators, in log ms): shapes of equal MACs run at
+different speeds and timings are noisy, and a price that falls as MACs grow would reward the
+search for growing a layer. A batch the table did not measure is priced from the nearest measured
+batch (nearest in ratio, ties to the larger), scaled linearly: ms(B) = ms(B0) * B / B0.
+
+Which table (:func:`load_table`): the one asked for, else the cache file measured on this machine
+with these threads, else the bundled default. A table that was measured on another machine (CPU
+model and count), with other versions (onnxruntime, torch, onnx, python major.minor,
+dnarch-deploy) or other threads, or that cannot be read, gets a warning naming the file and what
+differs, and the bundled table is used instead. Falling back to the bundled table warns once per
+call, unless the bundled table itself was measured here: its milliseconds are another machine's,
+which a budget relative to the base network mostly cancels out, but an absolute figure does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from . import __version__
+from .io import atomic_write_text
+from .tasks.cache import cache_root
+
+SCHEMA = "dnarch-deploy/latency-table/1"
+KINDS = (
+    "linear",  # pointwise 1x1 layer as MatMul (+ bias): C_in * C_out per position
+    "pointwise",  # one elementwise pass (measured: GELU): C per position
+    "conv.direct",  # export.tactics.DirectConv (ONNX grouped Conv)
+    "conv.matmul",  # export.tactics.MatMulFFTConv
+    "conv.multistep",  # export.tactics.MultiStepFFTConv
+    "conv.dft",  # export.tactics.DFTConv (ONNX DFT)
+    "resample.dense",  # export.resampling.AxisMatMul
+    "resample.factored",  # export.resampling.FactoredResample, one split N2
+    "resample.split",  # FactoredResample with N2' != N2
+)
+BUNDLED = Path(__file__).parent / "data" / "latency_default.json"
+VERSIONED = ("onnxruntime", "torch", "onnx")  # the packages whose versions a table records
+
+
+class LatencyTableWarning(UserWarning):
+    """A latency table could not be used as asked (see :func:`load_table`)."""
+
+
+class Point(NamedTuple):
+    macs: float  # multiply-accumulates per sample
+    ms: float  # median milliseconds for the whole batch
+    shape: str = ""  # what was measured, for the reader
+
+
+# --- this machine ---------------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine() -> dict:
+    """What identifies this machine for a table: its CPU model and logical CPU count."""
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count() or 0}
+
+
+def versions() -> dict:
+    """The versions a table's timings depend on (None: not installed)."""
+    found = {}
+    for name in VERSIONED:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    found["python"] = f"{sys.version_info.major}.{sys.version_info.minor}"
+    found["dnarch-deploy"] = __version__
+    return found
+
+
+def make_header(threads: int, batches: list[int], command: str) -> dict:
+    """The header of a table measured now, on this machine."""
+    return {**machine(), "threads": threads, "batches": sorted(batches), "versions": versions(),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command}
+
+
+def cache_path(threads: int = 1) -> Path:
+    """This machine's table for ``threads``: $DNARCH_CACHE/latency/ (default
+    ~/.cache/dnarch-deploy/latency/), named by threads and a hash of :func:`machine`."""
+    key = hashlib.sha256(json.dumps(machine(), sort_keys=True).encode()).hexdigest()[:12]
+    return cache_root() / "latency" / f"threads{threads}-{key}.json"
+
+
+# --- the table ------------------------------------------------------------------------------------
+
+
+def _monotone(ys: list[float], counts: list[int]) -> list[float]:
+    """The non-decreasing least-squares fit to ``ys`` (weights ``counts``): pool adjacent
+    violators."""
+    pools: list[list[float]] = []  # [weighted sum, weight, points]
+    for y, c in zip(ys, counts):
+        pools.append([y * c, c, 1])
+        while len(pools) > 1 and pools[-2][0] / pools[-2][1] > pools[-1][0] / pools[-1][1]:
+            s, w, n = pools.pop()
+            pools[-1][0] += s
+            pools[-1][1] += w
+            pools[-1][2] += n
+    return [s / w for s, w, n in pools for _ in range(int(n))]
+
+
+def _curve(points: list[Point]) -> tuple[list[float], list[float]]:
+    """Knots (log MACs, log ms) of one kind at one batch: equal MACs averaged, log ms made
+    non-decreasing, and one more knot each side on the slope-1 line (ms proportional to MACs):
+    :func:`_interpolate` extends its end segments, so extrapolation is interpolation."""
+    groups: dict[float, list[float]] = {}
+    for p in points:
+        groups.setdefault(math.log(p.macs), []).append(math.log(p.ms))
+    xs = sorted(groups)
+    ys = _monotone([sum(groups[x]) / len(groups[x]) for x in xs], [len(groups[x]) for x in xs])
+    return [xs[0] - 1, *xs, xs[-1] + 1], [ys[0] - 1, *ys, ys[-1] + 1]
+
+
+def _interpolate(x: Tensor, xs: list[float], ys: list[float]) -> Tensor:
+    """Piecewise-linear y(x) through the knots, the end segments extended beyond them; x a
+    tensor (any shape), differentiable in x."""
+    kx = torch.tensor(xs, dtype=x.dtype, device=x.device)
+    ky = torch.tensor(ys, dtype=x.dtype, device=x.device)
+    i = (torch.searchsorted(kx, x.detach().contiguous(), right=True) - 1).clamp(0, len(xs) - 2)
+    slope = (ky[i + 1] - ky[i]) / (kx[i + 1] - kx[i])
+    return ky[i] + slope * (x - kx[i])
+
+
+@dataclass
+class LatencyTable:
+    """Measured operator latencies: ``points[batch][kind]``, a list of :class:`Point`."""
+
+    header: dict
+    points: dict[int, dict[str, list[Point]]]
+    source: str = "<memory>"  # the file it was read from, for messages
+    _curves: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for batch, kinds in self.points.items():
+            for kind, pts in kinds.items():
+                self._curves[batch, kind] = _curve(pts)
+
+    @property
+    def batches(self) -> list[int]:
+        return sorted(self.points)
+
+    def predict_ms(self, kind: str, macs: Tensor | float, batch: int) -> Tensor | float:
+        """Milliseconds of one operator of ``kind`` doing ``macs`` multiply-accumulates per sample
+        at ``batch`` (module docstring). A tensor ``macs`` (any shape, elementwise) gives a tensor
+        differentiable in it; a number gives a float."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown operator kind {kind!r}; known kinds: {', '.join(KINDS)}")
+        if int(batch) != batch or batch < 1:
+            raise ValueError(f"batch must be a positive integer, got {batch!r}")
+        near = min(self.batches, key=lambda b: (abs(math.log(batch / b)), -b))
+        xs, ys = self._curves[near, kind]
+        m = macs if isinstance(macs, Tensor) else torch.tensor(float(macs), dtype=torch.float64)
+        if not m.is_floating_point():
+            m = m.double()
+        positive = m > 0
+        # where() takes no gradient from the masked branch; log of 1 keeps it finite
+        ms = torch.exp(_interpolate(torch.log(torch.where(positive, m, 1.0)), xs, ys))
+        ms = torch.where(positive, ms * (batch / near), 0.0)
+        return ms if isinstance(macs, Tensor) else float(ms)
+
+    def differences(self, threads: int) -> list[str]:
+        """What differs between this table's header and this machine with ``threads``."""
+        h, here = self.header, {**machine(), "threads": threads}
+        diffs = [f"{k} {h.get(k)!r} (here {v!r})" for k, v in here.items() if h.get(k) != v]
+        ours, theirs = versions(), h.get("versions", {})
+        diffs += [f"{k} {theirs.get(k)} (here {v})" for k, v in ours.items()
+                  if theirs.get(k) != v]
+        return diffs
+
+    # --- JSON ---
+
+    def to_json(self) -> dict:
+        return {"schema": SCHEMA, "header": self.header, "points": {
+            str(b): {k: [p._asdict() for p in pts] for k, pts in kinds.items()}
+            for b, kinds in sorted(self.points.items())}}
+
+    @classmethod
+    def from_json(cls, data: object, source: str = "<memory>") -> LatencyTable:
+        """A table from its JSON form; a ValueError says what is wrong with it."""
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise ValueError(f"not a latency table (schema is not {SCHEMA!r})")
+        header, raw = data.get("header"), data.get("points")
+        if not isinstance(header, dict) or not isinstance(raw, dict) or not raw:
+            raise ValueError("a latency table needs a 'header' object and 'points' by batch")
+        for key, kind in (("cpu", str), ("cpu_count", int), ("threads", int), ("batches", list),
+                          ("versions", dict)):
+            if not isinstance(header.get(key), kind):
+                raise ValueError(f"header field {key!r} is missing or not a {kind.__name__}")
+        points: dict[int, dict[str, list[Point]]] = {}
+        for b, kinds in raw.items():
+            if not (isinstance(b, str) and b.isdigit() and int(b) >= 1):
+                raise ValueError(f"batch {b!r} is not a positive integer")
+            if not isinstance(kinds, dict) or set(kinds) != set(KINDS):
+                have = sorted(kinds) if isinstance(kinds, dict) else kinds
+                raise ValueError(f"batch {b}: kinds {have} are not {list(KINDS)}")
+            points[int(b)] = {k: [_point(p, f"batch {b}, {k}") for p in kinds[k]] for k in KINDS}
+            if not all(points[int(b)].values()):
+                raise ValueError(f"batch {b}: a kind has no points")
+        if sorted(points) != sorted(header["batches"]):
+            raise ValueError(f"points for batches {sorted(points)}, header says "
+                             f"{header['batches']}")
+        return cls(header=header, points=points, source=source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> LatencyTable:
+        """Read a table; OSError when unreadable, ValueError when not a valid table."""
+        text = Path(path).read_text()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not JSON ({e})") from None
+        return cls.from_json(data, source=str(path))
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically (a temporary file, then a rename)."""
+        atomic_write_text(path, json.dumps(self.to_json(), indent=1) + "\n")
+
+
+def _point(p: object, where: str) -> Point:
+    ok = isinstance(p, dict) and all(
+        isinstance(p.get(k), int | float) and math.isfinite(p[k]) and p[k] > 0
+        for k in ("macs", "ms"))
+    if not ok:
+        raise ValueError(f"{where}: point {p!r} needs positive finite 'macs' and 'ms'")
+    return Point(float(p["macs"]), float(p["ms"]), str(p.get("shape", "")))
+
+
+# --- which table ----------------------------------------------------------------------------------
+
+
+def load_table(path: str | Path | None = None, threads: int = 1,
+               batch: int | None = None) -> LatencyTable:
+    """The latency table to price operators with: ``path``, else this machine's cached table for
+    ``threads`` (:func:`cache_path`), else the bundled default. A table that is unreadable or
+    was measured elsewhere (another machine, versions or threads) is replaced by the bundled
+    one, with a :class:`LatencyTableWarning` naming it and what differs (module docstring).
+    ``batch``: the batch the caller will predict at; a warning if the table did not measure it
+    (it is then scaled from the nearest measured batch)."""
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    cached = cache_path(threads)
+    if path is None and not cached.exists():
+        # the usual first run: quiet if the bundled table was measured here
+        problem, quiet = (f"no latency table measured on this machine with {threads} threads "
+                          f"({cached}); `python -m export.latency_table --threads {threads}` "
+                          "measures one"), True
+    else:
+        path = Path(cached if path is None else path)
+        try:
+            table = LatencyTable.load(path)
+        except (OSError, ValueError) as e:
+            problem, quiet = f"latency table {path} cannot be used: {e}", False
+        else:
+            diffs = table.differences(threads)
+            if not diffs:
+                return _check_batch(table, batch)
+            problem = f"latency table {path} was measured elsewhere: {'; '.join(diffs)}"
+            quiet = False
+    table = LatencyTable.load(BUNDLED)  # a broken bundled table is a packaging bug: raise
+    diffs = table.differences(threads)
+    if diffs or not quiet:
+        where = f", measured on {table.header['cpu']} ({'; '.join(diffs)})" if diffs else ""
+        warnings.warn(f"{problem}; using the bundled table {BUNDLED}{where}", LatencyTableWarning,
+                      stacklevel=2)
+    return _check_batch(table, batch)
+
+
+def _check_batch(table: LatencyTable, batch: int | None) -> LatencyTable:
+    if batch is not None and batch not in table.points:
+        warnings.warn(f"latency table {table.source} measured batches {table.batches}, not "
+                      f"{batch}: its milliseconds are scaled from the nearest",
+                      LatencyTableWarning, stacklevel=3)
+    return table

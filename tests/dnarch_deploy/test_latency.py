@@ -1,0 +1,261 @@
+"""The per-operator latency table: interpolation against closed forms, the file round trip, and
+which table load_table uses (a warning naming the file for each fall-back)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from dnarch_deploy import latency as L
+from dnarch_deploy.latency import KINDS, LatencyTable, LatencyTableWarning, Point, load_table
+
+# a power law ms = A * macs^P: straight in log-log, so interpolation reproduces it exactly
+A, P = 2e-5, 0.8
+KNOTS = (1e3, 1e4, 1e5, 1e6)
+
+
+def power(macs: float) -> float:
+    return A * macs**P
+
+
+def table(batches=(1, 32), header: dict | None = None) -> LatencyTable:
+    """Every kind at every batch on the power law, times the batch (this machine's header)."""
+    header = header or L.make_header(1, list(batches), "test")
+    points = {b: {k: [Point(m, b * power(m)) for m in KNOTS] for k in KINDS} for b in batches}
+    return LatencyTable(header=header, points=points)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """An empty private cache ($DNARCH_CACHE)."""
+    monkeypatch.setenv("DNARCH_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+# --- prediction -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("macs", [*KNOTS, 3e3, 5.5e4, math.sqrt(1e5 * 1e6)])
+def test_points_and_between_them_follow_the_power_law(macs):
+    assert table().predict_ms("conv.matmul", macs, 1) == pytest.approx(power(macs), rel=1e-12)
+
+
+def test_log_log_midpoint_is_the_geometric_mean():
+    t = LatencyTable(header={}, points={1: {k: [Point(1e2, 1.0), Point(1e4, 4.0)] for k in KINDS}})
+    assert t.predict_ms("linear", 1e3, 1) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("macs", [1.0, 10.0, 2e6, 1e9])
+def test_beyond_the_ends_ms_is_proportional_to_macs(macs):
+    end = KNOTS[0] if macs < KNOTS[0] else KNOTS[-1]
+    want = power(end) * macs / end
+    assert table().predict_ms("resample.split", macs, 1) == pytest.approx(want, rel=1e-12)
+
+
+def test_no_macs_no_time():
+    t = table()
+    assert t.predict_ms("linear", 0, 1) == 0.0
+    assert t.predict_ms("linear", -5.0, 32) == 0.0
+    assert isinstance(t.predict_ms("linear", 10, 1), float)
+
+
+def test_an_unmeasured_batch_scales_the_nearest_by_the_batch_ratio():
+    t = table()  # batches 1 and 32: 4 is nearer 1 (x4) than 32 (/8), 8 nearer 32 (/4 vs x8)
+    assert t.predict_ms("pointwise", 1e4, 4) == pytest.approx(4 * power(1e4))
+    assert t.predict_ms("pointwise", 1e4, 8) == pytest.approx(8 * power(1e4))
+    assert t.predict_ms("pointwise", 1e4, 128) == pytest.approx(128 * power(1e4))
+
+
+def test_one_point_is_a_line_through_it_proportional_to_macs():
+    t = LatencyTable(header={}, points={1: {k: [Point(100.0, 2.0)] for k in KINDS}})
+    assert t.predict_ms("conv.dft", 400.0, 1) == pytest.approx(8.0)
+
+
+def test_noisy_points_give_a_price_that_never_falls_as_macs_grow():
+    noisy = [Point(1e3, 1.0), Point(2e3, 3.0), Point(4e3, 2.0), Point(4e3, 2.5), Point(8e3, 4.0)]
+    t = LatencyTable(header={}, points={1: {k: noisy for k in KINDS}})
+    grid = torch.logspace(2, 5, 200, dtype=torch.float64)
+    ms = t.predict_ms("linear", grid, 1)
+    assert (ms.diff() >= 0).all()
+
+
+def test_tensor_in_tensor_out_elementwise():
+    t = table()
+    macs = torch.tensor([[0.0, 1e3], [5e4, 1e8]], dtype=torch.float64)
+    ms = t.predict_ms("conv.direct", macs, 32)
+    want = [[0.0, 32 * power(1e3)], [32 * power(5e4), 32 * power(1e6) * 100]]
+    torch.testing.assert_close(ms, torch.tensor(want, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("macs", [5e2, 2e3, 3.3e4, 7e5, 4e6])
+def test_gradient_matches_finite_differences(macs):
+    t = LatencyTable(header={}, points={1: {k: [Point(1e3, 0.01), Point(1e4, 0.02),
+                                                Point(1e5, 0.5), Point(1e6, 2.0)] for k in KINDS}})
+    m = torch.tensor(macs, dtype=torch.float64, requires_grad=True)
+    t.predict_ms("resample.dense", m, 1).backward()
+    h = macs * 1e-6
+    fd = (t.predict_ms("resample.dense", macs + h, 1)
+          - t.predict_ms("resample.dense", macs - h, 1)) / (2 * h)
+    assert m.grad.item() == pytest.approx(fd, rel=1e-5)
+
+
+def test_gradient_is_finite_at_zero_macs():
+    m = torch.tensor([0.0, 1e4], requires_grad=True)
+    table().predict_ms("linear", m, 1).sum().backward()
+    assert torch.isfinite(m.grad).all() and m.grad[0] == 0
+
+
+def test_unknown_kind_names_it_and_the_known_ones():
+    with pytest.raises(ValueError, match=r"'conv\.fft'.*linear, pointwise, conv\.direct"):
+        table().predict_ms("conv.fft", 1e4, 1)
+
+
+@pytest.mark.parametrize("batch", [0, -1, 1.5])
+def test_bad_batch(batch):
+    with pytest.raises(ValueError, match="batch"):
+        table().predict_ms("linear", 1e4, batch)
+
+
+# --- the file -------------------------------------------------------------------------------------
+
+
+def test_round_trip(tmp_path):
+    t = table()
+    t.points[1]["linear"][0] = Point(1e3, 0.25, "C=8 S=(16,)")
+    t.save(tmp_path / "t.json")
+    back = LatencyTable.load(tmp_path / "t.json")
+    assert back.header == t.header and back.points == t.points
+    assert back.source == str(tmp_path / "t.json")
+    assert back.predict_ms("conv.multistep", 3e4, 32) == t.predict_ms("conv.multistep", 3e4, 32)
+
+
+def test_cache_path_is_per_threads_and_machine(cache):
+    assert L.cache_path(1).parent == cache / "latency"
+    assert L.cache_path(1) != L.cache_path(4)
+    assert L.cache_path(4).name.startswith("threads4-")
+
+
+# --- which table: load_table ----------------------------------------------------------------------
+
+
+def here_bundled(monkeypatch, tmp_path) -> None:
+    """Make the bundled table one measured on this machine (so only the file at fault warns)."""
+    path = tmp_path / "bundled.json"
+    table().save(path)
+    monkeypatch.setattr(L, "BUNDLED", path)
+
+
+def test_this_machines_cached_table_is_used_quietly(cache, recwarn):
+    t = table()
+    L.cache_path(1).parent.mkdir(parents=True)
+    t.save(L.cache_path(1))
+    got = load_table(threads=1)
+    assert got.points == t.points and not recwarn.list
+
+
+def test_a_given_table_of_this_machine_is_used_quietly(tmp_path, recwarn):
+    table().save(tmp_path / "mine.json")
+    assert load_table(tmp_path / "mine.json").source == str(tmp_path / "mine.json")
+    assert not recwarn.list
+
+
+def test_no_cached_table_falls_back_to_the_bundled_one_with_one_warning(cache, monkeypatch,
+                                                                       tmp_path):
+    path = tmp_path / "bundled.json"
+    other_machine(path)
+    monkeypatch.setattr(L, "BUNDLED", path)
+    with pytest.warns(LatencyTableWarning) as caught:
+        got = load_table(threads=1)
+    assert len(caught) == 1
+    msg = str(caught[0].message)
+    assert str(L.cache_path(1)) in msg and "python -m export.latency_table" in msg
+    assert "Other CPU 9000" in msg and got.source == str(path)
+
+
+def test_no_cached_table_is_quiet_when_the_bundled_one_was_measured_here(cache, monkeypatch,
+                                                                         tmp_path, recwarn):
+    here_bundled(monkeypatch, tmp_path)
+    assert load_table(threads=1).source == str(tmp_path / "bundled.json")
+    assert not recwarn.list
+
+
+def damaged(path: Path) -> None:
+    path.write_text('{"schema": "dnarch-deploy/latency-table/1", "header": {')
+
+
+def wrong_schema(path: Path) -> None:
+    path.write_text(json.dumps({"schema": "something-else/1", "points": {}}))
+
+
+def missing_kind(path: Path) -> None:
+    data = table().to_json()
+    del data["points"]["32"]["conv.dft"]
+    path.write_text(json.dumps(data))
+
+
+def bad_point(path: Path) -> None:
+    data = table().to_json()
+    data["points"]["1"]["linear"][0]["ms"] = -1
+    path.write_text(json.dumps(data))
+
+
+def unreadable(path: Path) -> None:
+    path.mkdir()  # a directory where the file should be
+
+
+def other_machine(path: Path) -> None:
+    table(header={**L.make_header(1, [1, 32], "x"), "cpu": "Other CPU 9000"}).save(path)
+
+
+def other_versions(path: Path) -> None:
+    header = L.make_header(1, [1, 32], "x")
+    header["versions"] = {**header["versions"], "onnxruntime": "0.0.1"}
+    table(header=header).save(path)
+
+
+def other_threads(path: Path) -> None:
+    table(header=L.make_header(4, [1, 32], "x")).save(path)
+
+
+FAULTS = {
+    "damaged": (damaged, "not JSON"),
+    "wrong schema": (wrong_schema, "schema"),
+    "missing kind": (missing_kind, "conv.dft"),
+    "bad point": (bad_point, "positive"),
+    "unreadable": (unreadable, "cannot be used"),
+    "other machine": (other_machine, "Other CPU 9000"),
+    "other versions": (other_versions, "onnxruntime 0.0.1"),
+    "other threads": (other_threads, "threads 4"),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("given", [True, False], ids=["path", "cache"])
+def test_a_table_that_cannot_be_used_warns_naming_it_and_loads_the_bundled_one(
+        fault, given, cache, tmp_path, monkeypatch):
+    here_bundled(monkeypatch, tmp_path)
+    make, says = FAULTS[fault]
+    path = tmp_path / "t.json" if given else L.cache_path(1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make(path)
+    with pytest.warns(LatencyTableWarning) as caught:
+        got = load_table(path if given else None, threads=1)
+    assert len(caught) == 1
+    msg = str(caught[0].message)
+    assert str(path) in msg and says in msg and str(L.BUNDLED) in msg
+    assert got.source == str(L.BUNDLED)
+
+
+def test_an_unmeasured_batch_warns(tmp_path):
+    table().save(tmp_path / "t.json")
+    with pytest.warns(LatencyTableWarning, match=r"batches \[1, 32\], not 8"):
+        load_table(tmp_path / "t.json", batch=8)
+
+
+def test_bad_threads():
+    with pytest.raises(ValueError, match="threads"):
+        load_table(threads=0)
