@@ -1,0 +1,272 @@
+"""`python -m export.latency_table`: measure this machine's per-operator latency table.
+
+Every operator kind of :data:`dnarch_deploy.latency.KINDS` is built as the module export lowers
+it to (a 1x1 layer as :func:`export.static.pointwise`, GELU, the convolution tactics of
+:mod:`export.tactics`, the resampling forms of :mod:`export.resampling`) on a grid of sizes that
+covers what CCNNs use (1-D lengths 16..4096, 2-D 16x16..64x64, 8..256 channels), exported to ONNX
+as export does (batch dynamic; one graph per kind, each case cut out as its own sub-model) and
+timed in onnxruntime (export.timing) at each batch. Each point's MACs per sample come from the
+formulas export and the cost model share (:mod:`dnarch_deploy.operators`: ``conv_macs``,
+``resample_macs``; :func:`dnarch_deploy.cost.linear_cost` and ``pointwise_cost``). Points that
+would take long (MAX_CALL_MACS, MAX_CALL_MS) are left out: the table extrapolates proportionally
+to MACs there.
+
+The table goes to this machine's cache file (:func:`dnarch_deploy.latency.cache_path`), where
+:func:`dnarch_deploy.latency.load_table` finds it, or to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from dnarch_deploy.cli import add_fields
+from dnarch_deploy.cost import linear_cost, pointwise_cost
+from dnarch_deploy.latency import KINDS, LatencyTable, Point, cache_path, make_header
+from dnarch_deploy.operators import conv_macs, resample_candidates, resample_macs
+from dnarch_deploy.spectral import next_fast_len
+
+from .emit import to_onnx
+from .resampling import lower_resample
+from .static import Resample, pointwise
+from .tactics import distinct_tactics, make_conv
+from .timing import layer_boundaries, layers, measure, progress, random_feeds, runner, session
+from .timing import sub_model as cut
+
+DEFAULT_BATCHES = (1, 32)
+# Larger calls add minutes and little information: there time grows in proportion to MACs, which
+# is how the table extrapolates. About 30 ms at 10 GMAC/s.
+MAX_CALL_MACS = 3e8
+MAX_CALL_MS = 300.0  # and a case whose previous batch, scaled, would take longer
+TIME_PER_POINT_MS = 100.0  # timed calls per point, about
+
+
+@dataclass
+class TableOptions:
+    threads: int = 1  # onnxruntime intra-op threads
+    batch: list[int] = field(default=None, metadata={"help": (
+        "a batch size to measure; repeat the flag (--batch 1 --batch 32); default 1 and 32")})
+    out: str | None = None  # the table's file (default: this machine's cache file)
+    quick: bool = False  # a few small sizes only (seconds; for tests)
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {self.threads}")
+        self.batch = sorted(set(self.batch or DEFAULT_BATCHES))
+        if self.batch[0] < 1:
+            raise ValueError(f"every --batch must be >= 1, got {self.batch}")
+
+
+# --- the operators --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One operator at one size: ``channels`` x ``size`` in; ``taps`` for a convolution,
+    ``out`` for a resampling (the new length of the first spatial axis)."""
+
+    kind: str
+    channels: int
+    size: tuple[int, ...]
+    taps: tuple[int, ...] = ()
+    out: int = 0
+
+    def __str__(self) -> str:
+        extra = f" taps={self.taps}" if self.taps else f" ->{self.out}" if self.out else ""
+        return f"C={self.channels} S={self.size}{extra}"
+
+
+class Linear(nn.Module):
+    """A 1x1 layer as export's blocks compute it: one MatMul over the positions, plus a bias."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.register_buffer("weight", torch.randn(channels, channels) / math.sqrt(channels))
+        self.register_buffer("bias", torch.randn(channels))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return pointwise(x, self.weight) + self.bias.view(-1, *[1] * (x.dim() - 2))
+
+
+def global_taps(size: tuple[int, ...]) -> tuple[int, ...]:
+    """A kernel as long as the input (odd), as the base CCNN's (ModelConfig.max_kernel)."""
+    return tuple(s if s % 2 else s - 1 for s in size)
+
+
+def build(case: Case) -> nn.Module:
+    """The module export lowers ``case`` to."""
+    family, _, form = case.kind.partition(".")
+    if case.kind == "linear":
+        return Linear(case.channels)
+    if case.kind == "pointwise":
+        return nn.GELU()
+    if family == "conv":
+        return make_conv(form, torch.randn(case.channels, *case.taps), case.size)
+    dim = -len(case.size)  # the first spatial axis: the strided one in 2-D
+    return lower_resample(Resample(case.out, dim), case.size[0], form)
+
+
+def macs(case: Case) -> float:
+    """Multiply-accumulates per sample, by the formulas export reports."""
+    family, _, form = case.kind.partition(".")
+    length = math.prod(case.size)
+    if case.kind == "linear":
+        return float(linear_cost(length, case.channels, case.channels))
+    if case.kind == "pointwise":
+        return float(pointwise_cost(length, case.channels))
+    if family == "conv":
+        return conv_macs(form, case.channels, case.size, case.taps)
+    lines = case.channels * length // case.size[0]
+    return float(lines * resample_macs(form, case.size[0], case.out))
+
+
+def grid(quick: bool = False) -> dict[str, list[Case]]:
+    """The cases measured, per kind (:data:`KINDS`): 1-D and 2-D sizes, a few channel counts."""
+    lengths = (16, 256) if quick else (16, 64, 256, 1024, 4096)
+    images = () if quick else ((16, 16), (32, 32), (64, 64))
+    channels = (8,) if quick else (8, 64, 256)
+    sizes = [(n,) for n in lengths] + list(images)
+    # resampling n -> m along an axis: halving and doubling, and a fast length just over n / 2
+    pairs = dict.fromkeys(p for n in lengths for m in (n // 2, next_fast_len(n // 2 + 1))
+                          for p in ((n, m), (m, n)))
+    cases: dict[str, list[Case]] = {k: [] for k in KINDS}
+    for c in channels:
+        for s in sizes:
+            cases["linear"].append(Case("linear", c, s))
+            cases["pointwise"].append(Case("pointwise", c, s))
+            short = tuple(min(9, t) for t in global_taps(s))
+            for taps in dict.fromkeys((global_taps(s), short)):
+                cases["conv.direct"].append(Case("conv.direct", c, s, taps=taps))
+            # multistep only where it is not the four-step itself (export never ships it there)
+            kernel = torch.zeros(c, *global_taps(s))
+            for form in distinct_tactics(kernel, s, ("matmul", "dft", "multistep")):
+                cases[f"conv.{form}"].append(Case(f"conv.{form}", c, s, taps=global_taps(s)))
+            if len(s) == 2:  # an image's first axis (axes up to 128 stay dense)
+                cases["resample.dense"].append(Case("resample.dense", c, s, out=s[0] // 2))
+        for n, m in pairs:
+            for form in resample_candidates(n, m):
+                cases[f"resample.{form}"].append(Case(f"resample.{form}", c, (n,), out=m))
+    assert all(cases.values())
+    return cases
+
+
+# --- measure --------------------------------------------------------------------------------------
+
+
+class SideBySide(nn.Module):
+    """Cases' modules side by side, one input each: one ONNX export for all of them."""
+
+    def __init__(self, cases: list[Case]):
+        super().__init__()
+        self.ops = nn.ModuleList(build(c) for c in cases)
+
+    def forward(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+        return tuple(op(x) for op, x in zip(self.ops, inputs))
+
+
+def median_ms(fn, quick: bool = False) -> float:
+    """Median milliseconds of ``fn`` (export.timing.measure) over about TIME_PER_POINT_MS of
+    timed calls, 3 to 10 (a slow call is long enough to time with few)."""
+    probe = measure([fn], repeats=1, warmup=1, rounds=1)[0]["median_ms"]
+    repeats = 3 if quick else max(3, min(10, int(TIME_PER_POINT_MS / probe)))
+    return measure([fn], repeats, warmup=0, rounds=1)[0]["median_ms"]
+
+
+def wanted(case: Case, batch: int, previous: tuple[int, float] | None = None) -> bool:
+    """Whether to time ``case`` at ``batch``: within MAX_CALL_MACS, and within MAX_CALL_MS by its
+    ``previous`` (batch, ms) scaled to this batch."""
+    if batch * macs(case) > MAX_CALL_MACS:
+        return False
+    return previous is None or previous[1] * batch / previous[0] <= MAX_CALL_MS
+
+
+def measure_table(options: TableOptions, command: str) -> LatencyTable:
+    """Build, export and time the cases of :func:`grid` at every batch of ``options`` that they
+    are :func:`wanted` at; each kind's smallest case at every batch (every kind needs a point)."""
+    per_kind = {k: sorted(cs, key=macs) for k, cs in grid(options.quick).items()}
+    per_kind = {k: [c for c in cs if c is cs[0] or wanted(c, options.batch[0])]
+                for k, cs in per_kind.items()}
+    # one export per kind (a progress bar that moves); all at once for --quick (an export has a
+    # fixed cost of about a second)
+    chunks = [[c for cs in per_kind.values() for c in cs]] if options.quick else per_kind.values()
+    points: dict[int, dict[str, list[Point]]] = {b: {k: [] for k in KINDS} for b in options.batch}
+    bar = progress(None, total=sum(map(len, per_kind.values())))
+    for cases in chunks:
+        bar.set_description(f"export {cases[0].kind}")
+        with torch.no_grad():
+            model = to_onnx(SideBySide(cases).eval(),
+                            tuple(torch.randn(2, c.channels, *c.size) for c in cases))
+        groups = layers(model)
+        bar.set_description(f"time {cases[0].kind}")
+        for i, case in enumerate(cases):
+            sub = cut(model, *layer_boundaries(model, groups[f"ops.{i}"]))
+            sess, previous = session(sub, options.threads), None
+            for b in options.batch:
+                if case is not per_kind[case.kind][0] and not wanted(case, b, previous):
+                    break
+                ms = median_ms(runner(sess, random_feeds(sub, b)), options.quick)
+                points[b][case.kind].append(Point(macs(case), float(f"{ms:.4g}"), str(case)))
+                previous = (b, ms)
+            bar.update()
+    bar.close()
+    return LatencyTable(header=make_header(options.threads, options.batch, command),
+                        points=points)
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m export.latency_table",
+                                description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_fields(p, TableOptions)
+    return p
+
+
+def writable(path: Path) -> None:
+    """Raise OSError now, not after minutes of measuring, when ``path`` cannot be written."""
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"directory {path.parent} does not exist")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory")
+    with tempfile.TemporaryFile(dir=path.parent):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TableOptions)}
+    command = " ".join(["python -m export.latency_table", *(sys.argv[1:] if argv is None
+                                                            else argv)])
+    try:
+        options = TableOptions(**values)
+        out = Path(options.out) if options.out else cache_path(options.threads)
+        if not options.out:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        writable(out)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    table = measure_table(options, command)
+    try:
+        table.save(out)
+    except OSError as e:
+        print(f"error: cannot write {out}: {e}", file=sys.stderr)
+        return 1
+    n = sum(len(p) for kinds in table.points.values() for p in kinds.values())
+    print(f"latency table ({n} points, batches {options.batch}, {options.threads} threads) "
+          f"-> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

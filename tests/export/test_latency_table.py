@@ -1,0 +1,60 @@
+"""python -m export.latency_table: the grid it measures, the table it writes (--quick), bad
+input."""
+
+from __future__ import annotations
+
+import pytest
+
+from dnarch_deploy import latency as L
+from dnarch_deploy.latency import KINDS, LatencyTable, load_table
+from export import latency_table as T
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch, tmp_path):
+    """No progress bar on stderr; a private cache."""
+    monkeypatch.setenv("CI", "1")
+    monkeypatch.setenv("DNARCH_CACHE", str(tmp_path / "cache"))
+
+
+def test_the_grid_covers_what_ccnns_use():
+    per_kind = T.grid()
+    assert list(per_kind) == list(KINDS) and all(len(cs) >= 9 for cs in per_kind.values())
+    cases = [c for cs in per_kind.values() for c in cs]
+    assert all(c.kind == k for k, cs in per_kind.items() for c in cs)
+    for kind in ("linear", "pointwise", "conv.direct", "conv.matmul", "conv.dft"):
+        sizes = {c.size for c in per_kind[kind]}
+        assert {(16,), (4096,), (16, 16), (64, 64)} <= sizes, kind
+    for kind in ("conv.multistep", "resample.dense", "resample.factored", "resample.split"):
+        assert {(4096,)} <= {c.size for c in per_kind[kind]}, kind
+    assert {c.channels for c in cases} == {8, 64, 256}
+
+
+def test_quick_writes_this_machines_table_to_the_cache(capsys, recwarn):
+    assert T.main(["--quick", "--batch", "1", "--batch", "3"]) == 0
+    path = L.cache_path(1)
+    assert str(path) in capsys.readouterr().out
+    table = LatencyTable.load(path)
+    assert table.differences(threads=1) == []
+    assert table.batches == [1, 3] and table.header["batches"] == [1, 3]
+    assert table.header["command"] == "python -m export.latency_table --quick --batch 1 --batch 3"
+    assert all(table.points[b][k] for b in (1, 3) for k in KINDS)
+    assert load_table(threads=1, batch=3).points == table.points  # found, quietly
+    assert not [w for w in recwarn.list if issubclass(w.category, L.LatencyTableWarning)]
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--threads", "0"], "--threads"),
+    (["--batch", "1", "--batch", "0"], "--batch"),
+    (["--out", "{tmp}/no/such/dir/t.json"], "does not exist"),
+    (["--out", "{tmp}"], "is a directory"),
+])
+def test_bad_input_is_one_error_and_nothing_written(args, says, tmp_path, capsys):
+    args = [a.format(tmp=tmp_path / "out") for a in args]
+    (tmp_path / "out").mkdir()
+    assert T.main(["--quick", *args]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and says in err and "Traceback" not in err
+    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "cache").exists()
