@@ -133,6 +133,13 @@ def test_round_trip(tmp_path):
     assert back.predict_ms("conv.multistep", 3e4, 32) == t.predict_ms("conv.multistep", 3e4, 32)
 
 
+def test_the_bundled_table_is_complete_and_small():
+    t = LatencyTable.load(L.BUNDLED)
+    assert {1, 32} <= set(t.batches) and t.header["threads"] == 1
+    assert all(len(t.points[b][k]) >= 3 for b in t.batches for k in KINDS)
+    assert L.BUNDLED.stat().st_size < 200_000
+
+
 def test_cache_path_is_per_threads_and_machine(cache):
     assert L.cache_path(1).parent == cache / "latency"
     assert L.cache_path(1) != L.cache_path(4)
@@ -140,6 +147,10 @@ def test_cache_path_is_per_threads_and_machine(cache):
 
 
 # --- which table: load_table ----------------------------------------------------------------------
+
+
+def bundled() -> LatencyTable:
+    return LatencyTable.load(L.BUNDLED)
 
 
 def here_bundled(monkeypatch, tmp_path) -> None:
@@ -248,6 +259,13 @@ def test_a_table_that_cannot_be_used_warns_naming_it_and_loads_the_bundled_one(
     msg = str(caught[0].message)
     assert str(path) in msg and says in msg and str(L.BUNDLED) in msg
     assert got.source == str(L.BUNDLED)
+
+
+def test_the_real_bundled_table_is_named_with_its_machine_in_the_warning(tmp_path, cache):
+    other_machine(tmp_path / "t.json")
+    with pytest.warns(LatencyTableWarning, match="Other CPU 9000.*bundled table") as caught:
+        got = load_table(tmp_path / "t.json")
+    assert len(caught) == 1 and got.points == bundled().points
 
 
 def test_an_unmeasured_batch_warns(tmp_path):
