@@ -147,26 +147,27 @@ def _monotone(ys: list[float], counts: list[int]) -> list[float]:
     return [s / w for s, w, n in pools for _ in range(int(n))]
 
 
-def _curve(points: list[Point]) -> tuple[list[float], list[float]]:
-    """Knots (log MACs, log ms) of one kind at one batch: equal MACs averaged, log ms made
-    non-decreasing, and one more knot each side on the slope-1 line (ms proportional to MACs):
-    :func:`_interpolate` extends its end segments, so extrapolation is interpolation."""
+def _curve(points: list[Point]) -> tuple[Tensor, Tensor, Tensor]:
+    """Knots (log MACs, log ms) of one kind at one batch and the slopes between them (float64):
+    equal MACs averaged, log ms made non-decreasing, and one more knot each side on the slope-1
+    line (ms proportional to MACs): :func:`_interpolate` extends the end segments beyond their
+    knots, so extrapolation is interpolation."""
     groups: dict[float, list[float]] = {}
     for p in points:
         groups.setdefault(math.log(p.macs), []).append(math.log(p.ms))
     xs = sorted(groups)
     ys = _monotone([sum(groups[x]) / len(groups[x]) for x in xs], [len(groups[x]) for x in xs])
-    return [xs[0] - 1, *xs, xs[-1] + 1], [ys[0] - 1, *ys, ys[-1] + 1]
+    kx = torch.tensor([xs[0] - 1, *xs, xs[-1] + 1], dtype=torch.float64)
+    ky = torch.tensor([ys[0] - 1, *ys, ys[-1] + 1], dtype=torch.float64)
+    return kx, ky, ky.diff() / kx.diff()
 
 
-def _interpolate(x: Tensor, xs: list[float], ys: list[float]) -> Tensor:
-    """Piecewise-linear y(x) through the knots, the end segments extended beyond them; x a
+def _interpolate(x: Tensor, curve: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+    """Piecewise-linear y(x) through the knots of :func:`_curve`, the end segments extended; x a
     tensor (any shape), differentiable in x."""
-    kx = torch.tensor(xs, dtype=x.dtype, device=x.device)
-    ky = torch.tensor(ys, dtype=x.dtype, device=x.device)
-    i = (torch.searchsorted(kx, x.detach().contiguous(), right=True) - 1).clamp(0, len(xs) - 2)
-    slope = (ky[i + 1] - ky[i]) / (kx[i + 1] - kx[i])
-    return ky[i] + slope * (x - kx[i])
+    kx, ky, slope = (t.to(x) for t in curve)  # no copy for float64 on the CPU
+    i = (torch.searchsorted(kx, x.detach().contiguous(), right=True) - 1).clamp(0, len(kx) - 2)
+    return ky[i] + slope[i] * (x - kx[i])
 
 
 @dataclass
@@ -196,13 +197,13 @@ class LatencyTable:
         if int(batch) != batch or batch < 1:
             raise ValueError(f"batch must be a positive integer, got {batch!r}")
         near = min(self.batches, key=lambda b: (abs(math.log(batch / b)), -b))
-        xs, ys = self._curves[near, kind]
         m = macs if isinstance(macs, Tensor) else torch.tensor(float(macs), dtype=torch.float64)
         if not m.is_floating_point():
             m = m.double()
         positive = m > 0
         # where() takes no gradient from the masked branch; log of 1 keeps it finite
-        ms = torch.exp(_interpolate(torch.log(torch.where(positive, m, 1.0)), xs, ys))
+        ms = torch.exp(_interpolate(torch.log(torch.where(positive, m, 1.0)),
+                                    self._curves[near, kind]))
         ms = torch.where(positive, ms * (batch / near), 0.0)
         return ms if isinstance(macs, Tensor) else float(ms)
 
