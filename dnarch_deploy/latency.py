@@ -56,20 +56,14 @@ from torch import Tensor
 
 from . import __version__
 from .io import atomic_write_text
+from .operators import CONV_TACTICS, RESAMPLE_FORMS
 from .tasks.cache import cache_root
 
 SCHEMA = "dnarch-deploy/latency-table/1"
-KINDS = (
-    "linear",  # pointwise 1x1 layer as MatMul (+ bias): C_in * C_out per position
-    "pointwise",  # one elementwise pass (measured: GELU): C per position
-    "conv.direct",  # export.tactics.DirectConv (ONNX grouped Conv)
-    "conv.matmul",  # export.tactics.MatMulFFTConv
-    "conv.multistep",  # export.tactics.MultiStepFFTConv
-    "conv.dft",  # export.tactics.DFTConv (ONNX DFT)
-    "resample.dense",  # export.resampling.AxisMatMul
-    "resample.factored",  # export.resampling.FactoredResample, one split N2
-    "resample.split",  # FactoredResample with N2' != N2
-)
+# the operator kinds of dnarch_deploy.operators: a pointwise linear map (measured: a 1x1 MatMul
+# plus bias), an elementwise op (measured: GELU), each convolution tactic, each resampling form
+KINDS = ("linear", "pointwise", *(f"conv.{t}" for t in CONV_TACTICS),
+         *(f"resample.{f}" for f in RESAMPLE_FORMS))
 BUNDLED = Path(__file__).parent / "data" / "latency_default.json"
 VERSIONED = ("onnxruntime", "torch", "onnx")  # the packages whose versions a table records
 
