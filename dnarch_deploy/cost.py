@@ -21,15 +21,41 @@ shape in the masks' continuous sizes (:func:`_proxies`), scaled to the value.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from . import masks as M
+from .latency import LatencyTable
 from .model import DNArch, Plan
 from .operators import Operator, block_operators
 
 Size = Tensor | float
+
+
+@dataclass(frozen=True)
+class Units:
+    """What a cost is counted in: multiply-accumulates per sample (no ``table``, the default), or
+    onnxruntime milliseconds at ``batch`` predicted operator by operator from a per-operator
+    latency table (:class:`dnarch_deploy.latency.LatencyTable`; ``--cost latency``)."""
+
+    table: LatencyTable | None = None
+    batch: int = 1
+
+    @property
+    def name(self) -> str:
+        return "macs" if self.table is None else "ms"
+
+    def of(self, kind: str, macs: Size) -> Size:
+        """One operator of ``kind`` doing ``macs`` (per sample; a tensor: each element)."""
+        return macs if self.table is None else self.table.predict_ms(kind, macs, self.batch)
+
+
+MACS = Units()
+
+# the kinds of the encoder's and decoder's terms (dnarch_deploy.operators names the blocks')
+EDGE_KINDS = {"linear": "linear", "gelu": "pointwise", "pool": "pointwise"}
 
 
 def linear_cost(length: Size, n_in: Size, n_out: Size) -> Size:
@@ -195,7 +221,7 @@ def _proxies(name: str, kinds: list[str], z: dict, input_size) -> Tensor:
     return lines * torch.where(dense_kind, m, n * torch.log2(n))
 
 
-def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
+def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> dict:
     """Differentiable cost of the network the masks describe: in value, the lowered MACs of
     exactly the network that runs and is exported (``total`` == :func:`architecture_cost` of
     :func:`~dnarch_deploy.describe`); in gradient, each operator's smooth formula
@@ -203,11 +229,12 @@ def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
     continuous sizes as values, the floor-like discrete counts left found networks up to 14%
     under the budget; a fractional last block was paid for but not run.)
 
-    ``plan``: the step's plan, if already drawn. Returns ``{"total": Tensor, "encoder": dict,
-    "blocks": dict, "block_weights": Tensor, "decoder": dict, "operators": list}``; the blocks'
-    terms are (max_depth,) tensors, one per operator name (0 where a block has no such
-    operator), weighted in the total by ``block_weights``; ``operators`` the lowered operators
-    per block (:func:`model_sizes`).
+    ``plan``: the step's plan, if already drawn; ``units``: MACs, or predicted milliseconds
+    (each operator priced by its kind, :class:`Units`). Returns ``{"total": Tensor, "encoder":
+    dict, "blocks": dict, "block_weights": Tensor, "decoder": dict, "operators": list}`` in
+    those units; the blocks' terms are (max_depth,) tensors, one per operator name (0 where a
+    block has no such operator), weighted in the total by ``block_weights``; ``operators`` the
+    lowered operators per block, in MACs (:func:`model_sizes`).
     """
     c = model.config
     z = model_sizes(model, plan)
@@ -220,13 +247,21 @@ def model_cost(model: DNArch, plan: Plan | None = None) -> dict:
         kinds = [ops[name].kind if name in ops else "" for ops in z["operators"]]
         proxy = _proxies(name, kinds, z, c.input_size)
         scale = torch.where(hard > 0, hard / proxy.detach().clamp_min(1e-30), 0.0)
-        blocks[name] = proxy * scale  # the lowered MACs in value, the proxy's gradient
-    enc = encoder_cost(length, 0 if c.vocab_size else c.in_channels, z["stream"])
-    dec = decoder_cost(length, z["stream"], c.out_channels, c.dense)
+        macs = proxy * scale  # the lowered MACs in value, the proxy's gradient
+        blocks[name] = sum(torch.where(torch.tensor([k == kind for k in kinds]),
+                                       units.of(kind, macs), 0.0)
+                           for kind in sorted(set(kinds) - {""}))
+    enc = _edge(encoder_cost(length, 0 if c.vocab_size else c.in_channels, z["stream"]), units)
+    dec = _edge(decoder_cost(length, z["stream"], c.out_channels, c.dense), units)
     per_block = sum(blocks.values())
     total = sum(enc.values()) + sum(dec.values()) + (z["weights"] * per_block).sum()
     return {"total": total, "encoder": enc, "blocks": blocks, "block_weights": z["weights"],
             "decoder": dec, "operators": z["operators"]}
+
+
+def _edge(terms: dict, units: Units) -> dict:
+    """The encoder's or decoder's terms in ``units``."""
+    return {name: units.of(EDGE_KINDS[name], macs) for name, macs in terms.items()}
 
 
 def model_params(model: DNArch, plan: Plan | None = None) -> Tensor:
@@ -241,16 +276,16 @@ def model_params(model: DNArch, plan: Plan | None = None) -> Tensor:
                           block_weights=z["weights"])
 
 
-def base_cost(config) -> float:
+def base_cost(config, units: Units = MACS) -> float:
     """The cost of the base network CCNN_{D,H} a config describes (full resolution, global
     kernels, no masks): the default C_target."""
     size, H = tuple(config.input_size), config.width
     ops = block_operators(size, size, H, H, H, tuple(config.max_kernel), (False,) * len(size))
-    return _network_total(size, 0 if config.vocab_size else config.in_channels,
-                          config.out_channels, config.dense, H, [ops] * config.depth)
+    return sum(_layers(size, 0 if config.vocab_size else config.in_channels, config.out_channels,
+                       config.dense, H, [ops] * config.depth, units).values())
 
 
-def cost_range(config) -> tuple[float, float]:
+def cost_range(config, units: Units = MACS) -> tuple[float, float]:
     """(cheapest, dearest): the cost of the smallest and the largest network the search space of
     ``config`` (its ``learn``) can materialise: every learned mask at the end of its clamping
     range (appendix E), and with a learned resolution also each set of axes cropped by one bin
@@ -272,7 +307,7 @@ def cost_range(config) -> tuple[float, float]:
                     tau = {"mask_res": config.tau_resolution, "mask_width": config.tau_width,
                            "mask_depth": config.tau_depth}[name]
                     p.fill_(M.sigmoid_mu_range(tau)[end])
-            costs.append(architecture_cost(describe(model)))
+            costs.append(architecture_cost(describe(model), units))
         if config.learns("R"):
             full = model.mask_res.detach().clone()
             axes = range(len(config.input_size))
@@ -284,7 +319,7 @@ def cost_range(config) -> tuple[float, float]:
                     if bins > 1:
                         model.mask_res[:, a] = M.sigmoid_mu_for_size(
                             (bins - 1.5) / (bins - 1), config.tau_resolution, 1)
-                costs.append(architecture_cost(describe(model)))
+                costs.append(architecture_cost(describe(model), units))
     return costs[0], max(costs[1:])
 
 
@@ -302,32 +337,35 @@ def architecture_operators(arch) -> list[dict[str, Operator]]:
             for b in arch.blocks]
 
 
-def _network_total(size, in_channels, out_channels, dense, stream, operators) -> float:
+def _layers(size, in_channels, out_channels, dense, stream, operators, units: Units
+            ) -> dict[str, float]:
+    """Per layer (``encoder``, ``blocks.0`` ..., ``decoder``), a frozen network's cost."""
     length = float(math.prod(size))
-    return (sum(encoder_cost(length, in_channels, stream).values())
-            + sum(op.macs for ops in operators for op in ops.values())
-            + sum(decoder_cost(length, stream, out_channels, dense).values()))
 
+    def edge(terms: dict) -> float:
+        return float(sum(_edge(terms, units).values()))
 
-def layer_costs(arch) -> dict[str, float]:
-    """The cost of a frozen architecture per layer, named as export names them: ``encoder``,
-    ``blocks.0`` ... (the blocks in use, in order), ``decoder``; the values sum to
-    :func:`architecture_cost`."""
-    length, stream = float(math.prod(arch.input_size)), float(arch.stream_width)
-    in_channels = 0 if arch.vocab_size else arch.in_channels
     return {
-        "encoder": float(sum(encoder_cost(length, in_channels, stream).values())),
-        **{f"blocks.{i}": float(sum(op.macs for op in ops.values()))
-           for i, ops in enumerate(architecture_operators(arch))},
-        "decoder": float(sum(decoder_cost(length, stream, arch.out_channels,
-                                          arch.dense).values())),
+        "encoder": edge(encoder_cost(length, in_channels, float(stream))),
+        **{f"blocks.{i}": float(sum(units.of(op.kind, op.macs) for op in ops.values()))
+           for i, ops in enumerate(operators)},
+        "decoder": edge(decoder_cost(length, float(stream), out_channels, dense)),
     }
 
 
-def architecture_cost(arch) -> float:
+def layer_costs(arch, units: Units = MACS) -> dict[str, float]:
+    """The cost of a frozen architecture per layer, named as export names them: ``encoder``,
+    ``blocks.0`` ... (the blocks in use, in order), ``decoder``; the values sum to
+    :func:`architecture_cost`."""
+    return _layers(tuple(arch.input_size), 0 if arch.vocab_size else arch.in_channels,
+                   arch.out_channels, arch.dense, arch.stream_width,
+                   architecture_operators(arch), units)
+
+
+def architecture_cost(arch, units: Units = MACS) -> float:
     """The cost of a frozen :class:`~dnarch_deploy.architecture.Architecture` (discrete sizes):
-    the theoretical figure of a found network, in MACs per sample."""
-    return sum(layer_costs(arch).values())
+    the theoretical figure of a found network, in MACs per sample (or ``units``)."""
+    return sum(layer_costs(arch, units).values())
 
 
 def network_params(*, in_channels: int, out_channels: int, stream: Size, n_in: Tensor,

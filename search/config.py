@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from dnarch_deploy.cli import add_fields, given_flags
+from dnarch_deploy.cost import MACS, Units
+from dnarch_deploy.latency import load_table
 from dnarch_deploy.model import MAX_DEPTH, MAX_WIDTH, ModelConfig, canonical_learn
 
 # The automatic training length (--steps 0): AUTO_EPOCHS passes over the training split, clipped
@@ -23,6 +26,12 @@ MIN_STEPS = 2000
 MAX_STEPS = 4000
 # Validations per run, at most: each is a records row, an architecture snapshot and a checkpoint.
 ROUNDS = 50
+
+
+@functools.cache
+def _latency_units(path: str, batch: int) -> Units:
+    """Loaded once per process: the fall-back warnings are said once."""
+    return Units(load_table(path or None, threads=1, batch=batch), batch)
 
 
 def _f(default: Any, help: str) -> Any:
@@ -66,6 +75,16 @@ class SearchConfig:
     budget_tolerance: float = _f(
         0.05, "the result is the best validation epoch whose network costs at most (1 + this) x "
         "C_target; over-budget epochs count only until one within it is seen")
+    # MACs by default: machine-independent and exact for the lowered network (the figure export
+    # reports); predicted milliseconds come from a per-operator table keyed by MACs only, which
+    # misses shape effects (docs/export.md) and is measured on one machine.
+    cost: str = _f("macs", "what the budget counts: macs (multiply-accumulates of the deployed "
+                   "network) or latency (its onnxruntime milliseconds, predicted per operator "
+                   "from a latency table: python -m export.latency_table)")
+    latency_table: str = _f("", "with --cost latency: the table (default: the one measured on "
+                            "this machine, else the bundled one)")
+    latency_batch: int = _f(1, "with --cost latency: the batch size the budget's milliseconds "
+                            "are predicted at")
     # The paper's §5 "multiple constraints": a limit (not a target) beside the budget.
     max_params: int = _f(0, "a limit on the deployed network's parameters (0: none): a second "
                          "complexity term lambda * relu(P / max_params - 1)^2 beside the "
@@ -130,6 +149,9 @@ class SearchConfig:
             (0 <= self.lam_ramp <= 1, f"--lam-ramp must be in [0, 1], got {self.lam_ramp}"),
             (self.max_params >= 0, f"--max-params must be >= 0 (0: no limit), "
              f"got {self.max_params}"),
+            (self.cost in ("macs", "latency"), f"--cost must be macs or latency, "
+             f"got {self.cost!r}"),
+            (self.latency_batch >= 1, f"--latency-batch must be >= 1, got {self.latency_batch}"),
             (self.budget_tolerance >= 0, f"--budget-tolerance must be >= 0, "
              f"got {self.budget_tolerance}"),
             (0 <= self.dropout < 1, f"--dropout must be in [0, 1), got {self.dropout}"),
@@ -164,6 +186,13 @@ class SearchConfig:
         if self.learn.lower() == "none" and self.budget != 1.0:
             raise ValueError(f"--learn none trains the fixed base CCNN, whose cost is fixed: "
                              f"--budget {self.budget} cannot be met (leave it at 1.0)")
+
+    def cost_units(self) -> Units:
+        """What the budget counts (--cost): MACs, or predicted milliseconds from the latency
+        table (a table that cannot be used warns and falls back to the bundled one)."""
+        if self.cost == "macs":
+            return MACS
+        return _latency_units(self.latency_table, self.latency_batch)
 
     def task_options(self) -> dict[str, Any]:
         """--task-option KEY=VALUE pairs, values parsed as int/float/bool where they look so."""

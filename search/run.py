@@ -98,8 +98,9 @@ def check_budget(cfg: SearchConfig, mcfg) -> None:
 
     if mcfg.learn == "none":  # nothing is searched: the budget only labels the base
         return
-    base = base_cost(mcfg)
-    low, high = (c / base for c in cost_range(mcfg))
+    units = cfg.cost_units()
+    base = base_cost(mcfg, units)
+    low, high = (c / base for c in cost_range(mcfg, units))
     if not low * (1 - 1e-9) <= cfg.budget <= high * (1 + 1e-9):
         raise UsageError(
             f"--budget {cfg.budget:g}: no network the search can reach costs that much; with "

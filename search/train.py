@@ -176,8 +176,8 @@ def evaluate(model: DNArch, data: Batches, task, batch_size: int) -> tuple[float
 
 
 @torch.no_grad()
-def complexity_ratio(model: DNArch, target: float) -> float:
-    return float(model_cost(model)["total"]) / target
+def complexity_ratio(model: DNArch, target: float, units) -> float:
+    return float(model_cost(model, units=units)["total"]) / target
 
 
 def within_params(arch, cfg: SearchConfig) -> bool:
@@ -223,7 +223,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     model = DNArch(mcfg).to(device)
     if world.size > 1:
         distributed.sync_batchnorm(model)
-    target = cfg.budget * base_cost(mcfg)
+    units = cfg.cost_units()
+    target = cfg.budget * base_cost(mcfg, units)
 
     def tensors(x, y) -> Batches:
         y_dtype = torch.long if task.kind == "classification" else torch.float32
@@ -287,7 +288,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
                 plan = model.plan()
                 out = model.run(x, plan)
             loss_obj = objective(model, out, y)
-            cost = model_cost(model, plan)["total"]
+            cost = model_cost(model, plan, units)["total"]
             ratio, loss_comp = cost / target, complexity_loss(cost, target)
             if cfg.max_params:  # the second constraint, its own term beside the budget's
                 loss_comp = loss_comp + limit_loss(model_params(model, plan), cfg.max_params)
@@ -325,7 +326,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
         if is_writer:
             val_loss, metric = evaluate(model, val_set, task, cfg.eval_batch_size)
             arch = describe(model, epoch=epoch)
-            ratio_now = complexity_ratio(model, target)
+            ratio_now = complexity_ratio(model, target, units)
             rows = [
                 {"step": step, "epoch": epoch, "split": "train", **train_row,
                  "lr": sched.get_last_lr()[0], "seconds": wall},
@@ -382,12 +383,14 @@ def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: f
     checkpoint.load_weights_into(model, run_dir / R.BEST_WEIGHTS)
     arch = describe(model, epoch=best_epoch)
     test_loss, test_metric = evaluate(model, test_set, task, cfg.eval_batch_size)
-    ratio = complexity_ratio(model, target)
+    units = cfg.cost_units()
+    ratio = complexity_ratio(model, target, units)
     arch.save(run_dir / R.ARCHITECTURE)
     summary = {
         "task": cfg.task, "learn": model.config.learn, "metric_name": task.metric_name,
         "test_metric": test_metric, "test_loss": test_loss, "best_epoch": best_epoch,
-        "complexity_ratio": ratio, "budget": cfg.budget, "target_macs": target,
+        "complexity_ratio": ratio, "budget": cfg.budget, "cost_unit": units.name,
+        "target": target, "target_macs": cfg.budget * base_cost(model.config),
         "within_budget": within_budget, "max_params": cfg.max_params,
         "params": architecture_params(arch), "search_params": sum(
             p.numel() for p in model.parameters()),
@@ -411,5 +414,6 @@ def write_config(cfg: SearchConfig, run_dir: Path, task, device: str, world_size
         "task_options": cfg.task_options(), "seed": cfg.seed, "model": mcfg.to_dict(),
         "train": cfg.to_dict(), "device": device, "world_size": world_size,
         "base_macs": base_cost(mcfg), "target_macs": cfg.budget * base_cost(mcfg),
+        "cost_unit": cfg.cost_units().name, "base_cost": base_cost(mcfg, cfg.cost_units()),
         "data": R.data_fingerprint(task), "versions": versions(), "command": sys.argv,
     })

@@ -271,3 +271,42 @@ def test_params_gradient_reaches_width_kernel_resolution_and_depth_masks():
 def test_limit_loss_is_zero_within_the_limit_and_quadratic_over_it():
     values = torch.tensor([50.0, 100.0, 150.0, 300.0])
     torch.testing.assert_close(limit_loss(values, 100.0), torch.tensor([0.0, 0.0, 0.25, 4.0]))
+
+
+# --- predicted milliseconds (--cost latency) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", ["init", "random", "min"])
+@pytest.mark.parametrize("case", [CONFIGS["1d-classify"], CONFIGS["2d-dense"], CONFIGS["tokens"]],
+                         ids=["1d", "2d", "tokens"])
+def test_latency_units_price_each_operator_of_the_described_network(case, state):
+    """In milliseconds the search's cost is the table's prediction summed over the lowered
+    operators of the network the masks describe, and its gradient reaches the masks."""
+    from dnarch_deploy.cost import Units, architecture_operators, layer_costs
+    from dnarch_deploy.latency import load_table
+
+    units = Units(load_table(), batch=32)
+    model = tiny_model(0, learn="KRWD", **case)
+    set_mask_state(model, state, 1)
+    cost = model_cost(model, units=units)
+    found = describe(model)
+    assert float(cost["total"].detach()) == pytest.approx(architecture_cost(found, units), rel=1e-9)
+    by_hand = [sum(units.table.predict_ms(op.kind, op.macs, 32) for op in ops.values())
+               for ops in architecture_operators(found)]
+    blocks = [v for k, v in layer_costs(found, units).items() if k.startswith("blocks.")]
+    assert blocks == pytest.approx(by_hand, rel=1e-12)
+    cost["total"].backward()
+    assert any(float(p.grad.abs().sum()) > 0 for p in model.mask_parameters())
+
+
+def test_the_base_in_milliseconds_is_the_table_at_the_base_sizes():
+    from dnarch_deploy.cost import Units
+    from dnarch_deploy.latency import load_table
+
+    table = load_table()
+    c = tiny_config(input_size=(17,), learn="KWD")
+    model = tiny_model(0, learn="KWD", input_size=(17,))
+    with torch.no_grad():
+        at_init = float(model_cost(model, units=Units(table, 1))["total"])
+    assert base_cost(c, Units(table, 1)) == pytest.approx(at_init, rel=1e-9)
+    assert base_cost(c, Units(table, 32)) > base_cost(c, Units(table, 1))

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -285,3 +286,33 @@ def test_max_params_is_a_second_constraint_the_result_meets(tmp_path):
     assert summary["max_params"] == 400 and summary["within_budget"] is True
     assert summary["params"] <= 400
     assert summary["params"] == architecture_params(R.read_architecture(out))
+
+
+def test_cost_latency_budgets_predicted_milliseconds(tmp_path):
+    """--cost latency: the budget counts the table's predicted milliseconds of the deployed
+    network; summary.json says which unit, and its ratio is the found network's predicted ms
+    over the target. A table that cannot be read warns, naming it, and the bundled one is used."""
+    from dnarch_deploy.cost import Units, base_cost
+    from dnarch_deploy.latency import load_table
+
+    out = tmp_path / "latency"
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    proc = run_search(*TINY, "--cost", "latency", "--latency-batch", "32", "--budget", "0.5",
+                      "--latency-table", str(broken), "--out", str(out))
+    assert str(broken) in proc.stderr  # the warning names the file
+    summary, config = R.read_summary(out), json.loads((out / R.CONFIG).read_text())
+    units = Units(load_table(), batch=32)
+    base = base_cost(ModelConfig(**config["model"]), units)
+    assert summary["cost_unit"] == "ms" and config["cost_unit"] == "ms"
+    assert summary["target"] == pytest.approx(0.5 * base, rel=1e-9)
+    found = R.read_architecture(out)
+    assert summary["complexity_ratio"] == pytest.approx(
+        architecture_cost(found, units) / summary["target"], rel=1e-6)
+    assert summary["macs"] == architecture_cost(found)  # MACs are still reported
+
+
+def test_cost_must_be_macs_or_latency(tmp_path):
+    proc = run_search(*TINY, "--cost", "flops", "--out", str(tmp_path / "x"), check=False)
+    assert proc.returncode == 2 and "--cost must be macs or latency, got 'flops'" in proc.stderr
+    assert not (tmp_path / "x").exists()
