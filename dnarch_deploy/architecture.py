@@ -36,13 +36,21 @@ class BlockArchitecture:
     # the cropped length rounds up to the input's (None: where resolution < input_size)
     cropped: list[bool] | None = None
 
-    def deployed_taps(self) -> list[int]:
-        return list(self.kernel_taps if self.conv_taps is None else self.conv_taps)
-
     def cropped_axes(self, input_size) -> list[bool]:
+        """``cropped``; for files from before it was recorded, where resolution < input (a crop
+        whose length rounded up to the input's cannot be told from those)."""
         if self.cropped is not None:
             return list(self.cropped)
         return [r < s for r, s in zip(self.resolution, input_size)]
+
+    def deployed_taps(self, input_size, learn: str) -> list[int]:
+        """``conv_taps``; for files from before it was recorded, the plan's rule: a learned
+        resolution folds its mask into the kernel on every axis it does not crop."""
+        if self.conv_taps is not None:
+            return list(self.conv_taps)
+        folded = "R" in learn.upper()
+        return [2 * r - 1 if folded and not crop else k for r, k, crop in
+                zip(self.resolution, self.kernel_taps, self.cropped_axes(input_size))]
 
 
 @dataclass

@@ -183,8 +183,10 @@ def _deployed_taps(z: dict, input_size) -> list[Tensor]:
     out = []
     for a, taps in enumerate(z["taps"]):
         kernel = [2 * max(0, round((float(t) - 1) / 2)) + 1 for t in taps.detach().tolist()]
-        folded = torch.tensor([d[a] != k for d, k in zip(z["conv_taps"], kernel)])
-        fixed = torch.tensor([float(d[a]) for d in z["conv_taps"]], dtype=taps.dtype)
+        folded = torch.tensor([d[a] != k for d, k in zip(z["conv_taps"], kernel)],
+                              device=taps.device)
+        fixed = torch.tensor([float(d[a]) for d in z["conv_taps"]], dtype=taps.dtype,
+                             device=taps.device)
         out.append(torch.where(folded, fixed, taps))
     return out
 
@@ -209,7 +211,7 @@ def _proxies(name: str, kinds: list[str], z: dict, input_size) -> Tensor:
         taps = _deployed_taps(z, input_size)
         n = math.prod(rr + (t - 1) / 2 for rr, t in zip(res, taps)).clamp_min(2.0)
         direct = z["n_in"] * r * math.prod(taps)
-        direct_kind = torch.tensor([k == "conv.direct" for k in kinds])
+        direct_kind = torch.tensor([k == "conv.direct" for k in kinds], device=r.device)
         return torch.where(direct_kind, direct, z["n_in"] * n * torch.log2(n))
     # resampling of axis a, one axis after another: down from the input, up from the resolution
     down, a = name.startswith("down"), int(name[-1])
@@ -217,7 +219,7 @@ def _proxies(name: str, kinds: list[str], z: dict, input_size) -> Tensor:
     done, todo = (res, size) if down else (size, res)
     lines = channels * math.prod(done[b] if b < a else todo[b] for b in range(len(res)) if b != a)
     n, m = size[a] + res[a], size[a] * res[a]
-    dense_kind = torch.tensor([k == "resample.dense" for k in kinds])
+    dense_kind = torch.tensor([k == "resample.dense" for k in kinds], device=channels.device)
     return lines * torch.where(dense_kind, m, n * torch.log2(n))
 
 
@@ -242,13 +244,14 @@ def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> 
     names = list(dict.fromkeys(n for ops in z["operators"] for n in ops))
     blocks = {}
     for name in names:
+        device = z["weights"].device
         hard = torch.tensor([ops[name].macs if name in ops else 0.0 for ops in z["operators"]],
-                            dtype=z["weights"].dtype)
+                            dtype=z["weights"].dtype, device=device)
         kinds = [ops[name].kind if name in ops else "" for ops in z["operators"]]
         proxy = _proxies(name, kinds, z, c.input_size)
         scale = torch.where(hard > 0, hard / proxy.detach().clamp_min(1e-30), 0.0)
         macs = proxy * scale  # the lowered MACs in value, the proxy's gradient
-        blocks[name] = sum(torch.where(torch.tensor([k == kind for k in kinds]),
+        blocks[name] = sum(torch.where(torch.tensor([k == kind for k in kinds], device=device),
                                        units.of(kind, macs), 0.0)
                            for kind in sorted(set(kinds) - {""}))
     enc = _edge(encoder_cost(length, 0 if c.vocab_size else c.in_channels, z["stream"]), units)
@@ -333,7 +336,8 @@ def architecture_operators(arch) -> list[dict[str, Operator]]:
     lowers to by cost (:func:`dnarch_deploy.operators.block_operators`)."""
     size = tuple(arch.input_size)
     return [block_operators(size, tuple(b.resolution), b.n_in, b.n_mid, b.n_out,
-                            tuple(b.deployed_taps()), tuple(b.cropped_axes(size)))
+                            tuple(b.deployed_taps(size, arch.learn)),
+                            tuple(b.cropped_axes(size)))
             for b in arch.blocks]
 
 
@@ -393,7 +397,7 @@ def architecture_params(arch) -> int:
         in_channels=arch.in_channels, out_channels=arch.out_channels,
         stream=float(arch.stream_width), n_in=column(b.n_in for b in blocks),
         n_mid=column(b.n_mid for b in blocks), n_out=column(b.n_out for b in blocks),
-        taps=column(math.prod(b.deployed_taps()) for b in blocks)))))
+        taps=column(math.prod(b.deployed_taps(arch.input_size, arch.learn)) for b in blocks)))))
 
 
 def limit_loss(value: Tensor, limit: float) -> Tensor:

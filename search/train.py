@@ -207,6 +207,18 @@ def complexity_weight(cfg: SearchConfig, step: int, steps: int) -> float:
     return cfg.lam if step >= ramp else cfg.lam * step / ramp
 
 
+def scheduled_target(cfg: SearchConfig, start: float, target: float, step: int,
+                     steps: int) -> float:
+    """C_target at this step: from ``start`` (the initial network's cost) to ``target`` (the
+    budget's) geometrically over the first --budget-ramp share of the steps, then ``target``. A
+    budget far below the initial cost otherwise makes L_comp's first gradients so large that
+    every mask is slammed to its minimum before the task loss shapes any of them."""
+    ramp = cfg.budget_ramp * steps
+    if step >= ramp:
+        return target
+    return target * (start / target) ** (1.0 - step / ramp)
+
+
 def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
           restarts: list[dict] | None = None) -> dict:
     """Run (or continue) the search; returns the summary. Only rank 0 writes files. ``restarts``
@@ -225,6 +237,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
         distributed.sync_batchnorm(model)
     units = cfg.cost_units()
     target = cfg.budget * base_cost(mcfg, units)
+    with torch.no_grad():  # the masks' initial values are fixed: so is this, on resume too
+        start = float(model_cost(model, units=units)["total"])
 
     def tensors(x, y) -> Batches:
         y_dtype = torch.long if task.kind == "classification" else torch.float32
@@ -289,7 +303,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
                 out = model.run(x, plan)
             loss_obj = objective(model, out, y)
             cost = model_cost(model, plan, units)["total"]
-            ratio, loss_comp = cost / target, complexity_loss(cost, target)
+            now = scheduled_target(cfg, start, target, step, length.steps)
+            ratio, loss_comp = cost / target, complexity_loss(cost, now)
             if cfg.max_params:  # the second constraint, its own term beside the budget's
                 loss_comp = loss_comp + limit_loss(model_params(model, plan), cfg.max_params)
             loss = loss_obj + complexity_weight(cfg, step, length.steps) * loss_comp

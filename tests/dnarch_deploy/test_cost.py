@@ -310,3 +310,21 @@ def test_the_base_in_milliseconds_is_the_table_at_the_base_sizes():
         at_init = float(model_cost(model, units=Units(table, 1))["total"])
     assert base_cost(c, Units(table, 1)) == pytest.approx(at_init, rel=1e-9)
     assert base_cost(c, Units(table, 32)) > base_cost(c, Units(table, 1))
+
+
+@pytest.mark.parametrize("state", ["init", "random", "min"])
+@pytest.mark.parametrize("case", [CONFIGS["1d-classify"], CONFIGS["2d-classify"]], ids=["1d", "2d"])
+def test_files_without_the_deployed_taps_are_priced_by_the_plans_rule(case, state):
+    """architecture.json from before conv_taps / cropped were recorded: a learned resolution's
+    mask is folded into every uncropped axis's kernel (2 R - 1 taps), as the plan does."""
+    from dnarch_deploy import Architecture
+
+    model = tiny_model(0, learn="KRWD", **case)
+    set_mask_state(model, state, 2)
+    found = describe(model)
+    data = found.to_dict()
+    for block in data["blocks"]:
+        del block["conv_taps"], block["cropped"]
+    old = Architecture.from_dict(data)
+    assert architecture_cost(old) == pytest.approx(architecture_cost(found), rel=1e-12)
+    assert architecture_params(old) == architecture_params(found)

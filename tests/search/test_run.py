@@ -18,7 +18,7 @@ from dnarch_deploy import rundir as R
 from dnarch_deploy.cost import architecture_cost, architecture_params
 from search.config import SearchConfig, build_parser, parse_args
 from search.jobs import set_flag
-from search.train import _is_better, complexity_weight
+from search.train import _is_better, complexity_weight, scheduled_target
 
 from .conftest import TINY, run_search
 
@@ -262,6 +262,16 @@ def test_lambda_ramps_linearly_to_its_value():
     cfg = SearchConfig(lam=4.0, lam_ramp=0.25)
     assert [complexity_weight(cfg, s, 100) for s in (0, 5, 10, 25, 99)] == [0.0, 0.8, 1.6, 4.0, 4.0]
     assert complexity_weight(SearchConfig(lam=4.0), 0, 100) == 4.0  # no ramp: from step one
+
+
+def test_budget_ramp_tightens_the_target_geometrically():
+    """--budget-ramp 0.5 over 100 steps: C_target from the initial cost (8) to the budget's (2)
+    geometrically over steps 0..50 (4 at step 25), then the budget's; 0: the budget's throughout."""
+    cfg = SearchConfig(budget_ramp=0.5)
+    got = [scheduled_target(cfg, 8.0, 2.0, s, 100) for s in (0, 25, 50, 99)]
+    assert got == pytest.approx([8.0, 4.0, 2.0, 2.0], rel=1e-12)
+    assert scheduled_target(SearchConfig(budget_ramp=0.0), 8.0, 2.0, 0, 100) == 2.0
+    assert scheduled_target(cfg, 1.0, 2.0, 25, 100) == pytest.approx(2 ** 0.5)  # loosening too
 
 
 def test_summary_says_how_far_the_search_went(tiny_run):
