@@ -219,9 +219,11 @@ def deployment_view(run: Path, key: str, wide: bool) -> None:
             return
         left, right = st.columns(2)
         batch = left.selectbox("Batch", batches, key=f"{key}-batch")
+        # before report version 3 the "paper" figure was appendix C's, resampling left out
+        search = "search's cost model" if report["version"] >= 3 else "appendix C (report v1-2)"
         cost = right.radio(
             "Theoretical cost", ["theoretical", "paper"], horizontal=True, key=f"{key}-cost",
-            format_func={"theoretical": "as exported", "paper": "search's cost model"}.get,
+            format_func={"theoretical": "as exported", "paper": search}.get,
             help="as exported: MACs of the operators this export lowered to, at the tactics it "
                  "chose; search's cost model: the same operators at the tactics export picks by "
                  "cost, the figure the budget constrained (they differ only where tuning by "
@@ -231,7 +233,7 @@ def deployment_view(run: Path, key: str, wide: bool) -> None:
         a, b, c = st.columns(3)
         a.metric(f"onnxruntime total (batch {batch})", f"{total['measured_ms']:.3f} ms")
         b.metric("theoretical total, as exported", f"{total['theoretical']:,.0f} MACs")
-        c.metric("search's cost model", f"{total['paper']:,.0f} MACs")
+        c.metric(search, f"{total['paper']:,.0f} MACs")
         if frame["measured_ms"].iloc[:-1].isna().all():
             st.info("Per-layer latency was not measured (export --no-per-layer).")
         else:

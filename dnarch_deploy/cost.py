@@ -290,13 +290,15 @@ def base_cost(config, units: Units = MACS) -> float:
 
 def cost_range(config, units: Units = MACS) -> tuple[float, float]:
     """(cheapest, dearest): the cost of the smallest and the largest network the search space of
-    ``config`` (its ``learn``) can materialise: every learned mask at the end of its clamping
-    range (appendix E), and with a learned resolution also each set of axes cropped by one bin
-    (their resampling costs more than the bin saves: the dearest network may crop a little).
-    A budget outside this range cannot be met."""
+    ``config`` (its ``learn``) can materialise. Every mask but the resolution's is at the end of
+    its clamping range (appendix E), where the cost is extreme; the resolution's cost is not
+    monotone (a crop adds resampling, whose form depends on the cropped length), so the dearest
+    network is the dearest over every length each axis can take (cropped or not), all blocks
+    alike. A budget outside this range cannot be met."""
     import itertools
 
     from .architecture import describe  # architecture imports this module's neighbours
+    from .spectral import resolution_for_bins
 
     model = DNArch(config)
     costs = []
@@ -311,17 +313,16 @@ def cost_range(config, units: Units = MACS) -> tuple[float, float]:
                            "mask_depth": config.tau_depth}[name]
                     p.fill_(M.sigmoid_mu_range(tau)[end])
             costs.append(architecture_cost(describe(model), units))
-        if config.learns("R"):
-            full = model.mask_res.detach().clone()
-            axes = range(len(config.input_size))
-            for crop in itertools.chain.from_iterable(
-                    itertools.combinations(axes, k) for k in range(1, len(axes) + 1)):
-                model.mask_res.copy_(full)
-                for a in crop:  # the top bin of n // 2 + 1 cropped
-                    bins = config.input_size[a] // 2 + 1
-                    if bins > 1:
-                        model.mask_res[:, a] = M.sigmoid_mu_for_size(
-                            (bins - 1.5) / (bins - 1), config.tau_resolution, 1)
+        if config.learns("R"):  # the largest network at each reachable resolution
+            per_axis = []
+            for n in config.input_size:
+                bins = n // 2 + 1
+                reach = {(resolution_for_bins(k, n), k < bins): k for k in range(1, bins + 1)}
+                per_axis.append([M.sigmoid_mu_for_size((k - 0.5) / max(bins - 1, 1),
+                                                       config.tau_resolution, 1)
+                                 for k in reach.values()])
+            for mus in itertools.product(*per_axis):
+                model.mask_res.copy_(torch.tensor(mus, dtype=model.mask_res.dtype))
                 costs.append(architecture_cost(describe(model), units))
     return costs[0], max(costs[1:])
 

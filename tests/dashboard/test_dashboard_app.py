@@ -299,6 +299,24 @@ def exported(runs_dir: Path) -> dict:
     return json.loads((runs_dir / GUNPOINT / "export" / "report.json").read_text())
 
 
+def test_a_report_from_before_version_3_labels_its_cost_appendix_c(monkeypatch, runs_dir,
+                                                                     tmp_path):
+    """Before report version 3 the "paper" figure was appendix C's (resampling left out), not
+    the search's cost model of the deployed network: the view says so."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    shutil.copytree(runs_dir / GUNPOINT, runs / GUNPOINT)
+    path = runs / GUNPOINT / "export" / "report.json"
+    report = json.loads(path.read_text())
+    report["version"] = 2
+    path.write_text(json.dumps(report))
+    at = open_app(monkeypatch, runs, "Deployment", [GUNPOINT])
+    paper = report["latency"]["total"]["paper"]
+    assert metric(at, "appendix C (report v1-2)") == f"{paper:,.0f} MACs"
+    assert not [m for m in at.metric if m.label == "search's cost model"]
+
+
 def test_deployment_shows_report(monkeypatch, runs_dir):
     report = exported(runs_dir)
     at = open_app(monkeypatch, runs_dir, "Deployment", [GUNPOINT])

@@ -119,8 +119,8 @@ def test_a_budget_outside_the_search_space_is_refused_with_the_range(capsys, tmp
 
 def test_reachable_costs_are_those_of_the_masks_extreme_networks():
     """The largest DNArch(K) network is the base CCNN (global kernels); learning widths, depth
-    and resolution reaches 2D blocks of 2H channels cropped by one bin (resampling added, their
-    most expensive form), and far below the base."""
+    and resolution reaches 2D blocks of 2H channels at the dearest resolution (a crop adds
+    resampling: not the full one), and far below the base."""
     import torch
 
     from dnarch_deploy import DNArch, ModelConfig, base_cost, describe
@@ -141,8 +141,13 @@ def test_reachable_costs_are_those_of_the_masks_extreme_networks():
         widest.mask_res.fill_(M.sigmoid_mu_for_size(74.5 / 75, full.tau_resolution, 1))
     cropped = describe(widest)  # 76 bins -> 75: 149 samples, on a fast length 150: a filter
     assert [(b.resolution, b.cropped) for b in cropped.blocks] == [([150], [True])] * 8
-    assert high == pytest.approx(architecture_cost(cropped), rel=1e-12)
-    assert high > base_cost(wide)
+    assert high > architecture_cost(cropped) > base_cost(wide)
+    by_force = []  # every bin count of the resolution mask, the widest and deepest network
+    for k in range(1, 77):
+        with torch.no_grad():
+            widest.mask_res.fill_(M.sigmoid_mu_for_size((k - 0.5) / 75, full.tau_resolution, 1))
+        by_force.append(architecture_cost(describe(widest)))
+    assert high == pytest.approx(max(by_force), rel=1e-12)
     assert low < 0.05 * base_cost(full)
 
 
