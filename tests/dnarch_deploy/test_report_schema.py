@@ -72,7 +72,7 @@ def damaged(change) -> dict:
 
 CASES = {
     "schema": (lambda r: r.update(schema="other"), r"field 'schema' must be 'dnarch-export'"),
-    "version": (lambda r: r.update(version=3), r"field 'version' is 3; .* export version 2"),
+    "version": (lambda r: r.update(version=4), r"field 'version' is 4; .* export version 3"),
     "tuning": (lambda r: r.pop("tuning"), r"field 'tuning' must be an object \(missing\)"),
     "tuning-batches": (lambda r: r["tuning"].update(batches="32"),
                        r"field 'tuning.batches' must be a list of batch sizes or null"),
