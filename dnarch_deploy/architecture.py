@@ -129,6 +129,11 @@ class Architecture:
             for k, check in optional.items():
                 if block.get(k) is not None:
                     fields[k] = _field(block, k, check, where, f"blocks[{i}].")
+            axes = len(kwargs["input_size"])
+            for k in ("kernel_size", "resolution", "kernel_taps", *optional):
+                if fields.get(k) is not None:  # one entry per axis of the input
+                    _expect(len(fields[k]) == axes, where, f"blocks[{i}].{k}",
+                            f"one entry per input axis ({axes})", fields[k])
             parsed.append(BlockArchitecture(**fields))
         _expect(
             len(parsed) == kwargs["depth"], where, "depth", f"the number of blocks ({len(parsed)})"

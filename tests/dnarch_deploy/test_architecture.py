@@ -104,6 +104,14 @@ DAMAGES = {
     "block-not-an-object": (_set(["blocks", 0], 7), "field 'blocks\\[0\\]' must be a JSON object"),
     "negative-epoch": (_set(["epoch"], -1), "field 'epoch' must be null or an integer >= 0"),
     "not-an-object": (lambda d: [d], "must be a JSON object"),
+    "axes": (
+        _set(["blocks", 0, "cropped"], [True, False]),
+        "field 'blocks\\[0\\].cropped' must be one entry per input axis \\(1\\)",
+    ),
+    "conv-taps-type": (
+        _set(["blocks", 1, "conv_taps"], [0]),
+        "field 'blocks\\[1\\].conv_taps' must be a list of 1 or 2 integers >= 1",
+    ),
 }
 
 
