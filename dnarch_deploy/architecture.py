@@ -46,11 +46,12 @@ class BlockArchitecture:
     def deployed_taps(self, input_size, learn: str) -> list[int]:
         """``conv_taps``; for files from before it was recorded, the plan's rule: a learned
         resolution folds its mask into the kernel on every axis it does not crop."""
+        from .spectral import folded_taps
+
         if self.conv_taps is not None:
             return list(self.conv_taps)
-        folded = "R" in learn.upper()
-        return [2 * r - 1 if folded and not crop else k for r, k, crop in
-                zip(self.resolution, self.kernel_taps, self.cropped_axes(input_size))]
+        return list(folded_taps(self.resolution, self.kernel_taps,
+                                self.cropped_axes(input_size), "R" in learn.upper()))
 
 
 @dataclass

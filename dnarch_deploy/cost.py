@@ -30,6 +30,7 @@ from . import masks as M
 from .latency import LatencyTable
 from .model import DNArch, Plan
 from .operators import Operator, block_operators
+from .spectral import folded_taps
 
 Size = Tensor | float
 
@@ -158,10 +159,9 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
         else:  # not run: its rounded continuous sizes, lowered as the plan would
             res = tuple(min(s, max(1, round(r))) for r, s in zip(row[3 : 3 + axes], c.input_size))
             cropped = tuple(r < s for r, s in zip(res, c.input_size))
-            kernel = (k * r / s for k, r, s in zip(row[3 + axes :], res, c.input_size))
-            deployed = tuple(
-                2 * r - 1 if c.learns("R") and not crop else 2 * max(0, round((t - 1) / 2)) + 1
-                for r, t, crop in zip(res, kernel, cropped))
+            kernel = [2 * max(0, round((k * r / s - 1) / 2)) + 1  # odd, at resolution r
+                      for k, r, s in zip(row[3 + axes :], res, c.input_size)]
+            deployed = folded_taps(res, kernel, cropped, c.learns("R"))
         conv_taps.append(deployed)
         operators.append(block_operators(tuple(c.input_size), res, n_in, n_mid, n_out,
                                          deployed, cropped))
@@ -242,9 +242,8 @@ def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> 
     z = model_sizes(model, plan)
     length = float(math.prod(c.input_size))
     names = list(dict.fromkeys(n for ops in z["operators"] for n in ops))
-    blocks = {}
+    blocks, device = {}, z["weights"].device
     for name in names:
-        device = z["weights"].device
         hard = torch.tensor([ops[name].macs if name in ops else 0.0 for ops in z["operators"]],
                             dtype=z["weights"].dtype, device=device)
         kinds = [ops[name].kind if name in ops else "" for ops in z["operators"]]

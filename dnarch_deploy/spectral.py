@@ -241,6 +241,13 @@ def masked_taps(sizes, taps, spectrum_mask: Tensor) -> tuple[int, ...]:
         else int(k) for a, (s, k) in enumerate(zip(sizes, taps)))
 
 
+def folded_taps(sizes, taps, cropped, learned: bool) -> tuple[int, ...]:
+    """:func:`masked_taps` from the sizes alone: with a learned resolution (``learned``) the mask
+    filters every axis it does not crop, where the folded kernel has 2 S - 1 taps."""
+    return tuple(2 * int(s) - 1 if learned and not crop else int(k)
+                 for s, k, crop in zip(sizes, taps, cropped))
+
+
 def direct_conv(x: Tensor, kernel: Tensor) -> Tensor:
     """The reference for :func:`fft_conv`: ``F.conv{d}d`` with groups=C and 'same' padding."""
     conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[kernel.dim() - 1]
