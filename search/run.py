@@ -15,6 +15,7 @@ import re
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -192,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     from .train import TrainingDiverged, flush_denormals, train_with_restarts, write_config
 
     flush_denormals()  # before any parallel work, so that torch's threads inherit it
+    # a warning for the user (a latency table that cannot be used) is one line, like the errors
+    warnings.formatwarning = lambda message, *_: f"warning: {message}\n"
     run_dir, created, summary = None, False, None
     working = None  # RUN_DIR once work on it began: failures then say what they leave
     try:
