@@ -71,9 +71,8 @@ class SearchConfig:
     lam_ramp: float = _f(0.0, "share of the training steps over which lambda grows linearly "
                          "from 0 to --lam (0: --lam from the first step)")
     # Without it a budget of 0.25 starts the quadratic L_comp at (4.9 - 1)^2 (init / target): the
-    # masks are slammed to their minima in the first steps (GunPoint 0.25: kernels of 1 tap,
-    # accuracy 0.70; digits 0.25: 0.34); with 0.5: 0.97 and 0.92 (one seed each, then
-    # benchmarks/budget_honesty.py on three tasks).
+    # masks are slammed to their minima in the first steps (README "Budget honesty": GunPoint
+    # 0.25 with it 0.98, without 0.74; digits 0.93 and 0.32; benchmarks/budget_honesty.py).
     budget_ramp: float = _f(0.5, "share of the training steps over which C_target tightens "
                             "geometrically from the initial network's cost to the budget's "
                             "(0: the budget's from the first step)")
