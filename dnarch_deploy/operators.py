@@ -14,7 +14,8 @@ table is keyed by:
   ``resample.<form>``   one axis's spectral resampling as one of :data:`RESAMPLE_FORMS`
 
 Convolution tactics (export/tactics.py builds them):
-  ``direct``    ONNX grouped ``Conv``: C L K.
+  ``direct``    ONNX grouped ``Conv`` on the channels padded to a multiple of 4
+                (:func:`depthwise_channels`): C' L K.
   ``matmul``    an FFT of MatMuls, four-step (two factors) or one dense DFT matrix in 1-D, one
                 dense DFT matrix per axis in 2-D (:func:`matmul_fft_macs`).
   ``multistep`` the same MatMul FFT with up to three factors (:func:`multistep_macs`).
@@ -52,6 +53,13 @@ CONV_COST_WEIGHT = {"direct": 1.0, "matmul": 1.0, "multistep": 3.0, "dft": math.
 # where the dense form runs one large GEMM: in onnxruntime on CPU they do about a third as many
 # multiply-adds per second (measured, 1-D, 32 channels: break-even at a MAC ratio of ~3).
 FACTORED_MAC_PENALTY = 3.0
+
+# onnxruntime's CPU grouped Conv takes its fast (NCHWc) depthwise kernel only for 2-D inputs whose
+# channel count is a multiple of 4: a 1-D depthwise Conv, or one on 23 channels, takes 1.3-8x the
+# time of the same Conv on a one-row image padded to 24 channels (1 thread, batch 1 and 32:
+# ``benchmarks/depthwise_channels.py``). The direct tactic runs that way: its channels padded
+# with zero filters, priced at the padded count.
+DEPTHWISE_CHANNEL_MULTIPLE = 4
 
 # the largest later factor of a MatMul FFT tried (a stage's DFT matrix is factor x factor)
 MAX_STAGE_FACTOR = 64
@@ -133,11 +141,17 @@ def pow2_fft_length(length: int, taps: int) -> int:
     return 1 << (conv_fft_length(length, taps) - 1).bit_length()
 
 
+def depthwise_channels(channels: int) -> int:
+    """The channel count the direct tactic's grouped Conv runs at: ``channels`` rounded up to a
+    multiple of :data:`DEPTHWISE_CHANNEL_MULTIPLE` (the extra filters are zero)."""
+    return -(-channels // DEPTHWISE_CHANNEL_MULTIPLE) * DEPTHWISE_CHANNEL_MULTIPLE
+
+
 def conv_macs(tactic: str, channels: int, size: tuple[int, ...], taps: tuple[int, ...]) -> float:
     """Multiply-accumulates per sample of one depthwise 'same' convolution of ``channels``
     channels at ``size`` with ``taps`` taps per axis, lowered as ``tactic``."""
     if tactic == "direct":
-        return float(channels * math.prod(size) * math.prod(taps))
+        return float(depthwise_channels(channels) * math.prod(size) * math.prod(taps))
     if tactic in MAX_FACTORS:
         return float(channels * matmul_fft_macs(tuple(size), tuple(taps), MAX_FACTORS[tactic]))
     if tactic == "dft":

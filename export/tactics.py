@@ -5,7 +5,8 @@ block's resolution. Their multiply-accumulates, which of them every backend runs
 choice are :mod:`dnarch_deploy.operators`' (the search's cost model prices the same figures).
 :data:`REGISTRY` holds them by name; which one a block gets is :mod:`export.policy`'s choice.
 
-  ``direct``  ONNX ``Conv`` (groups = channels, 'same' zero padding) (:class:`DirectConv`).
+  ``direct``  ONNX ``Conv`` (groups = channels padded to a multiple of 4, 'same' zero padding)
+              (:class:`DirectConv`).
   ``matmul``  an FFT written with MatMul / Mul / Add / Reshape only (:class:`MatMulFFTConv`,
               four-step / Monarch layout in 1-D, one dense DFT matrix per axis in 2-D), plus a
               Pad / Slice when the length does not fill the four-step grid.
@@ -36,22 +37,38 @@ from dnarch_deploy.spectral import conv_fft_length
 
 
 class DirectConv(nn.Module):
-    """Depthwise 'same' cross-correlation as a grouped convolution (ONNX Conv): C * L * K."""
+    """Depthwise 'same' cross-correlation as a grouped 2-D convolution (ONNX Conv): C' * L * K.
+
+    Where onnxruntime's fast depthwise kernel runs (``benchmarks/depthwise_channels.py``): a 1-D
+    input is a one-row image (Unsqueeze / Squeeze around the Conv), and the channels are padded
+    with zero filters to C' = :func:`operators.depthwise_channels` (a Pad before the Conv, a
+    Slice after it)."""
 
     name = "direct"
 
     def __init__(self, kernel: Tensor, size: tuple[int, ...] | None = None):
         super().__init__()  # size: a grouped convolution runs at any length
-        self.register_buffer("weight", kernel.detach().clone().unsqueeze(1))  # (C, 1, *taps)
-        self.taps = tuple(kernel.shape[1:])
-        self.padding = tuple(k // 2 for k in kernel.shape[1:])
+        self.channels, self.taps = kernel.shape[0], tuple(kernel.shape[1:])
+        taps_2d = (1, *self.taps) if len(self.taps) == 1 else self.taps
+        weight = kernel.new_zeros(operators.depthwise_channels(self.channels), 1, *taps_2d)
+        weight[: self.channels, 0] = kernel.detach().reshape(self.channels, *taps_2d)
+        self.register_buffer("weight", weight)  # (C', 1, *taps), a one-row kernel in 1-D
+        self.padding = tuple(k // 2 for k in taps_2d)
 
     def forward(self, x: Tensor) -> Tensor:
-        conv = F.conv1d if x.dim() == 3 else F.conv2d
-        return conv(x, self.weight, padding=self.padding, groups=self.weight.shape[0])
+        one_d, extra = x.dim() == 3, self.weight.shape[0] - self.channels
+        if one_d:
+            x = x.unsqueeze(2)
+        if extra:  # zero channels in, their outputs dropped
+            x = F.pad(x, (0, 0, 0, 0, 0, extra))
+        y = F.conv2d(x, self.weight, padding=self.padding, groups=self.weight.shape[0])
+        if extra:
+            y = y[:, : self.channels]
+        return y.squeeze(2) if one_d else y
 
     def extra_repr(self) -> str:
-        return f"channels={self.weight.shape[0]}, taps={tuple(self.weight.shape[2:])}"
+        return (f"channels={self.channels} (padded to {self.weight.shape[0]}), "
+                f"taps={self.taps}")
 
 
 def circular_kernel(kernel: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:

@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from dnarch_deploy.operators import fft_reference_macs, four_step_factors, multistep_macs
+from dnarch_deploy.operators import (
+    depthwise_channels,
+    fft_reference_macs,
+    four_step_factors,
+    multistep_macs,
+)
 from dnarch_deploy.spectral import _resample_fft, conv_fft_length, direct_conv, resample
 from export.emit import to_onnx
 from export.resampling import lower_resample
@@ -45,6 +50,26 @@ def test_tactic_matches_direct_conv(tactic, size, taps):
     assert rel_error(out, ref) < 2e-6
 
 
+@pytest.mark.parametrize("channels", [1, 3, 4, 5, 23, 24])
+@pytest.mark.parametrize(("size", "taps"), [((150,), (9,)), ((8, 7), (3, 5))])
+def test_direct_conv_runs_on_channels_padded_to_a_multiple_of_4(channels, size, taps):
+    """onnxruntime's fast depthwise kernel needs a multiple of 4 channels: the direct tactic pads
+    with zero filters (Pad, Conv, Slice) and still computes the same correlation."""
+    g = torch.Generator().manual_seed(channels)
+    x = torch.randn(2, channels, *size, generator=g)
+    kernel = torch.randn(channels, *taps, generator=g)
+    conv = make_conv("direct", kernel, size)
+    model = to_onnx(conv, (x,))
+    convs = [n for n in model.graph.node if n.op_type == "Conv"]
+    group = next(a.i for a in convs[0].attribute if a.name == "group")
+    assert len(convs) == 1 and group == depthwise_channels(channels) == -(-channels // 4) * 4
+    assert ("Pad" in {n.op_type for n in model.graph.node}) == (channels % 4 != 0)
+    out = session(model).run(None, {model.graph.input[0].name: x.numpy()})[0]
+    assert out.shape == x.shape
+    assert rel_error(torch.from_numpy(out), direct_conv(x.double(), kernel.double())) < 2e-6
+    assert conv_macs("direct", channels, size, taps) == group * math.prod(size) * math.prod(taps)
+
+
 def test_matmul_fft_uses_only_portable_ops_and_matches_in_onnxruntime():
     """The MatMul FFT in ORT: MatMul/Mul/Add/Reshape (plus Pad/Slice around a ragged grid)."""
     cases = [((150,), (149,)), ((64,), (9,)), ((12, 7), (11, 7))]
@@ -77,6 +102,7 @@ def test_theoretical_costs_order_tactics_like_the_textbook():
     assert conv_macs("direct", 8, (1024,), (3,)) < conv_macs("matmul", 8, (1024,), (3,))
     assert conv_macs("matmul", 8, (1024,), (1023,)) < conv_macs("direct", 8, (1024,), (1023,))
     assert conv_macs("direct", 8, (64,), (5,)) == 8 * 64 * 5
+    assert conv_macs("direct", 7, (64,), (5,)) == 8 * 64 * 5  # padded to a multiple of 4
 
 
 # (input length, target length, masked): down, up, same-size spectral filter; odd and even; axes
