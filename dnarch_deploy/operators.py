@@ -42,12 +42,16 @@ CONV_TACTICS = ("direct", "matmul", "multistep", "dft")  # in order of preferenc
 PORTABLE = ("direct", "matmul", "multistep")  # no DFT op: every backend runs them
 RESAMPLE_FORMS = ("dense", "factored", "split")
 
-# Measured multiply-adds per second against the four-step's, the by-cost choice's weights. The
-# multistep form's stages are narrower MatMuls plus memory-bound Transposes and twiddles: in
-# onnxruntime on CPU about 3x (batch 1) to 4x (batch 16) slower per multiply-add than the
-# four-step's two large MatMuls (L=1024 and 4096, 64 channels, 1 thread). The DFT op is only ever
-# chosen by measurement: onnxruntime's DFT kernel is far slower than its operation count says.
-CONV_COST_WEIGHT = {"direct": 1.0, "matmul": 1.0, "multistep": 3.0, "dft": math.inf}
+# Measured multiply-adds per second against the four-step's, the by-cost choice's weights.
+# - direct (a one-row image on channels padded to a multiple of 4): about 1.7x the four-step's
+#   rate (median of 18 cases, 1.64x and 1.79x in two runs; from 0.8x for a 1023-tap kernel on 512
+#   samples to 5.5x on short axes: ``benchmarks/direct_conv.py`` table 2).
+# - multistep: narrower MatMuls plus memory-bound Transposes and twiddles, in onnxruntime on CPU
+#   about 3x (batch 1) to 4x (batch 16) slower per multiply-add than the four-step's two large
+#   MatMuls (L=1024 and 4096, 64 channels, 1 thread).
+# - dft: only ever chosen by measurement: onnxruntime's DFT kernel is far slower than its
+#   operation count says.
+CONV_COST_WEIGHT = {"direct": 0.6, "matmul": 1.0, "multistep": 3.0, "dft": math.inf}
 
 # The factored forms run four MatMuls (two batched over N2 small matrices) and three Transposes
 # where the dense form runs one large GEMM: in onnxruntime on CPU they do about a third as many
@@ -57,7 +61,7 @@ FACTORED_MAC_PENALTY = 3.0
 # onnxruntime's CPU grouped Conv takes its fast (NCHWc) depthwise kernel only for 2-D inputs whose
 # channel count is a multiple of 4: a 1-D depthwise Conv, or one on 23 channels, takes 1.3-8x the
 # time of the same Conv on a one-row image padded to 24 channels (1 thread, batch 1 and 32:
-# ``benchmarks/depthwise_channels.py``). The direct tactic runs that way: its channels padded
+# ``benchmarks/direct_conv.py``). The direct tactic runs that way: its channels padded
 # with zero filters, priced at the padded count.
 DEPTHWISE_CHANNEL_MULTIPLE = 4
 

@@ -39,7 +39,7 @@ from dnarch_deploy.spectral import conv_fft_length
 class DirectConv(nn.Module):
     """Depthwise 'same' cross-correlation as a grouped 2-D convolution (ONNX Conv): C' * L * K.
 
-    Where onnxruntime's fast depthwise kernel runs (``benchmarks/depthwise_channels.py``): a 1-D
+    Where onnxruntime's fast depthwise kernel runs (``benchmarks/direct_conv.py``): a 1-D
     input is a one-row image (Unsqueeze / Squeeze around the Conv), and the channels are padded
     with zero filters to C' = :func:`operators.depthwise_channels` (a Pad before the Conv, a
     Slice after it)."""
