@@ -4,6 +4,7 @@ are written down in :func:`dnarch_deploy.sweepdir.read_pareto`) and DIR/pareto.p
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from dnarch_deploy import sweepdir as S
@@ -60,6 +61,33 @@ def write_pareto(sweep_dir: Path, plan: dict, models: list[tuple[dict, Path]],
     }
     atomic_write_text(sweep_dir / S.PARETO, json.dumps(pareto, indent=1) + "\n")
     return pareto
+
+
+def mean_points(rows: list[dict], batch: str) -> dict[str, tuple[float, float]]:
+    """Each model of a sweep as one point over its seeds, by :func:`label` (search points as
+    ``search <budget>``, base points as ``WIDTHxDEPTH``): (mean ms at ``batch``, mean test
+    metric)."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(("search " if r["kind"] == "search" else "") + label(r), []).append(r)
+    return {k: (statistics.mean(r["ms"][batch] for r in g),
+                statistics.mean(r["test_metric"] for r in g)) for k, g in groups.items()}
+
+
+def against_base_front(pareto: dict, batch: str) -> dict[float, list[str]]:
+    """Per budget, the base points (mean over seeds) that dominate the searched networks' mean
+    point at ``batch``: at least as fast and at least as good, better in one. An empty list: the
+    searched networks are on or above the base family's front there."""
+    points = mean_points(pareto["rows"], batch)
+    sign = 1.0 if pareto["higher_is_better"] else -1.0
+    base = {k: p for k, p in points.items() if not k.startswith("search ")}
+    budgets = sorted({r["budget"] for r in pareto["rows"] if r["kind"] == "search"})
+    out = {}
+    for budget in budgets:
+        ms, metric = points[f"search {budget:g}"]
+        out[budget] = [k for k, (t, m) in base.items()
+                       if t <= ms and sign * m >= sign * metric and (t, m) != (ms, metric)]
+    return out
 
 
 def label(row: dict) -> str:

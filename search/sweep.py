@@ -346,7 +346,7 @@ def emit_jobs(sweep_dir: Path, runs: list[Run]) -> tuple[Path, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .pareto import draw, write_pareto
+    from .pareto import against_base_front, draw, write_pareto
 
     t0 = time.perf_counter()
     try:
@@ -385,6 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     front = sum(row["pareto"]["1"] for row in pareto["rows"])
     print(f"{out}: {len(runs)} models, {front} on the front at batch 1; {out / S.PARETO}, "
           f"{out / S.PARETO_PNG} ({time.perf_counter() - t0:.0f} s)")
+    for batch in map(str, pareto["batches"]):
+        dominated = against_base_front(pareto, batch)
+        print(f"batch {batch}, mean over seeds: searched networks on or above the base family's "
+              f"front at {sum(not d for d in dominated.values())} of {len(dominated)} budgets"
+              + "".join(f"; {b:g} below {', '.join(d)}" for b, d in dominated.items() if d))
     return 0
 
 

@@ -14,6 +14,7 @@ import pytest
 from dnarch_deploy import rundir
 from dnarch_deploy.sweepdir import pareto_front, read_pareto
 from search import sweep
+from search.pareto import against_base_front
 
 from ..sweeps import BATCH, BUDGETS, GRID, SWEEP, run_sweep
 
@@ -34,6 +35,28 @@ def test_pareto_front_lower_is_better_and_ties():
     assert pareto_front([1, 1, 2, 3], [0.3, 0.3, 0.2, 0.25], higher_is_better=False) == [
         True, True, True, False]
     assert pareto_front([], []) == []
+
+
+def row(kind, seed, ms, metric, budget=None, width=32, depth=4):
+    return {"kind": kind, "budget": budget, "width": width, "depth": depth, "seed": seed,
+            "ms": {"1": ms}, "test_metric": metric}
+
+
+def test_searched_networks_against_the_base_front_use_means_over_seeds():
+    rows = [row("search", 0, 1.0, 0.90, budget=0.25), row("search", 1, 3.0, 0.80, budget=0.25),
+            row("search", 0, 4.0, 0.95, budget=1.0), row("search", 1, 4.0, 0.95, budget=1.0),
+            row("base", 0, 1.5, 0.86, width=16), row("base", 1, 2.5, 0.84, width=16),
+            row("base", 0, 4.0, 0.95), row("base", 1, 4.0, 0.95)]
+    # budget 0.25: mean (2.0 ms, 0.85), 16x4 at (2.0 ms, 0.85) is equal, not better: on the front;
+    # budget 1: equal to 32x4 itself, and 16x4 is faster but worse: on the front
+    assert against_base_front({"rows": rows, "higher_is_better": True}, "1") == {0.25: [],
+                                                                               1.0: []}
+    rows[5]["test_metric"] = 0.85  # 16x4 now (2.0 ms, 0.855): as fast and better
+    assert against_base_front({"rows": rows, "higher_is_better": True}, "1") == {
+        0.25: ["16x4"], 1.0: []}
+    # lower is better: the same numbers read as errors
+    assert against_base_front({"rows": rows, "higher_is_better": False}, "1") == {
+        0.25: [], 1.0: ["16x4"]}
 
 
 # --- a tiny real sweep --------------------------------------------------------------------------
