@@ -52,6 +52,12 @@ class Units:
         """One operator of ``kind`` doing ``macs`` (per sample; a tensor: each element)."""
         return macs if self.table is None else self.table.predict_ms(kind, macs, self.batch)
 
+    @property
+    def per_call(self) -> float:
+        """What one run of a whole network costs besides its operators (0 MACs; in ms, the
+        table's fixed cost of a call)."""
+        return 0.0 if self.table is None else self.table.overhead(self.batch)
+
 
 MACS = Units()
 
@@ -256,7 +262,8 @@ def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> 
     enc = _edge(encoder_cost(length, 0 if c.vocab_size else c.in_channels, z["stream"]), units)
     dec = _edge(decoder_cost(length, z["stream"], c.out_channels, c.dense), units)
     per_block = sum(blocks.values())
-    total = sum(enc.values()) + sum(dec.values()) + (z["weights"] * per_block).sum()
+    total = (sum(enc.values()) + sum(dec.values()) + (z["weights"] * per_block).sum()
+             + units.per_call)
     return {"total": total, "encoder": enc, "blocks": blocks, "block_weights": z["weights"],
             "decoder": dec, "operators": z["operators"]}
 
@@ -284,7 +291,7 @@ def base_cost(config, units: Units = MACS) -> float:
     size, H = tuple(config.input_size), config.width
     ops = block_operators(size, size, H, H, H, tuple(config.max_kernel), (False,) * len(size))
     return sum(_layers(size, 0 if config.vocab_size else config.in_channels, config.out_channels,
-                       config.dense, H, [ops] * config.depth, units).values())
+                       config.dense, H, [ops] * config.depth, units).values()) + units.per_call
 
 
 def cost_range(config, units: Units = MACS) -> tuple[float, float]:
@@ -359,8 +366,8 @@ def _layers(size, in_channels, out_channels, dense, stream, operators, units: Un
 
 def layer_costs(arch, units: Units = MACS) -> dict[str, float]:
     """The cost of a frozen architecture per layer, named as export names them: ``encoder``,
-    ``blocks.0`` ... (the blocks in use, in order), ``decoder``; the values sum to
-    :func:`architecture_cost`."""
+    ``blocks.0`` ... (the blocks in use, in order), ``decoder``; the values plus the call's
+    fixed cost (``units.per_call``) sum to :func:`architecture_cost`."""
     return _layers(tuple(arch.input_size), 0 if arch.vocab_size else arch.in_channels,
                    arch.out_channels, arch.dense, arch.stream_width,
                    architecture_operators(arch), units)
@@ -369,7 +376,7 @@ def layer_costs(arch, units: Units = MACS) -> dict[str, float]:
 def architecture_cost(arch, units: Units = MACS) -> float:
     """The cost of a frozen :class:`~dnarch_deploy.architecture.Architecture` (discrete sizes):
     the theoretical figure of a found network, in MACs per sample (or ``units``)."""
-    return sum(layer_costs(arch, units).values())
+    return sum(layer_costs(arch, units).values()) + units.per_call
 
 
 def network_params(*, in_channels: int, out_channels: int, stream: Size, n_in: Tensor,

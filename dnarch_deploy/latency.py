@@ -17,7 +17,13 @@ The file is JSON::
                       ...every kind...},
                 "32": {...}}}
 
-``macs`` is per sample, ``ms`` the median wall-clock time of the whole batch.
+``macs`` is per sample, ``ms`` the median wall-clock time of the whole batch, less the fixed cost
+of a call: ``header["overhead_ms"]`` (per batch, optional) is the median time of a session
+running one Identity node, subtracted from every point when measured (at most 90 % of a point)
+and priced once per network (:meth:`LatencyTable.overhead`). Each point is its own session
+call, and a network of 20 operators is one call: without the subtraction the table prices 20
+calls' fixed cost (measured: ~8 us each at batch 1, more than most operators of a small
+network).
 
 Prediction (:meth:`LatencyTable.predict_ms`): piecewise-linear in log(MACs)-log(ms) through the
 kind's points at that batch, beyond the first and last point proportional to MACs (a line of
@@ -182,15 +188,23 @@ class LatencyTable:
     def batches(self) -> list[int]:
         return sorted(self.points)
 
+    def _nearest(self, batch: int) -> int:
+        if int(batch) != batch or batch < 1:
+            raise ValueError(f"batch must be a positive integer, got {batch!r}")
+        return min(self.batches, key=lambda b: (abs(math.log(batch / b)), -b))
+
+    def overhead(self, batch: int) -> float:
+        """Milliseconds a network's call costs besides its operators at ``batch`` (the nearest
+        measured batch's; 0 for a table that did not measure it)."""
+        return float(self.header.get("overhead_ms", {}).get(str(self._nearest(batch)), 0.0))
+
     def predict_ms(self, kind: str, macs: Tensor | float, batch: int) -> Tensor | float:
         """Milliseconds of one operator of ``kind`` doing ``macs`` multiply-accumulates per sample
         at ``batch`` (module docstring). A tensor ``macs`` (any shape, elementwise) gives a tensor
         differentiable in it; a number gives a float."""
         if kind not in KINDS:
             raise ValueError(f"unknown operator kind {kind!r}; known kinds: {', '.join(KINDS)}")
-        if int(batch) != batch or batch < 1:
-            raise ValueError(f"batch must be a positive integer, got {batch!r}")
-        near = min(self.batches, key=lambda b: (abs(math.log(batch / b)), -b))
+        near = self._nearest(batch)
         m = macs if isinstance(macs, Tensor) else torch.tensor(float(macs), dtype=torch.float64)
         if not m.is_floating_point():
             m = m.double()
@@ -242,6 +256,12 @@ class LatencyTable:
         if sorted(points) != sorted(header["batches"]):
             raise ValueError(f"points for batches {sorted(points)}, header says "
                              f"{header['batches']}")
+        overhead = header.get("overhead_ms", {})
+        if not (isinstance(overhead, dict) and set(overhead) <= set(raw) and all(
+                isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+                for v in overhead.values())):
+            raise ValueError(f"header field 'overhead_ms' {overhead!r} is not a non-negative "
+                             "number of ms per measured batch")
         return cls(header=header, points=points, source=source)
 
     @classmethod

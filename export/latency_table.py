@@ -5,11 +5,12 @@ it to (a 1x1 layer as :func:`export.static.pointwise`, GELU, the convolution tac
 :mod:`export.tactics`, the resampling forms of :mod:`export.resampling`) on a grid of sizes that
 covers what CCNNs use (1-D lengths 16..4096, 2-D 16x16..64x64, 8..256 channels), exported to ONNX
 as export does (batch dynamic; one graph per kind, each case cut out as its own sub-model) and
-timed in onnxruntime (export.timing) at each batch. Each point's MACs per sample come from the
-formulas export and the cost model share (:mod:`dnarch_deploy.operators`: ``conv_macs``,
-``resample_macs``; :func:`dnarch_deploy.cost.linear_cost` and ``pointwise_cost``). Points that
-would take long (MAX_CALL_MACS, MAX_CALL_MS) are left out: the table extrapolates proportionally
-to MACs there.
+timed in onnxruntime (export.timing) at each batch, less the fixed cost of a call (the header's
+``overhead_ms``: :func:`call_overhead`), which a network pays once. Each point's MACs per
+sample come from the formulas export and the cost model share
+(:mod:`dnarch_deploy.operators`: ``conv_macs``, ``resample_macs``;
+:func:`dnarch_deploy.cost.linear_cost` and ``pointwise_cost``). Points that would take long
+(MAX_CALL_MACS, MAX_CALL_MS) are left out: the table extrapolates proportionally to MACs there.
 
 The table goes to this machine's cache file (:func:`dnarch_deploy.latency.cache_path`), where
 :func:`dnarch_deploy.latency.load_table` finds it, or to ``--out``.
@@ -180,6 +181,29 @@ def median_ms(fn, quick: bool = False) -> float:
     return measure([fn], repeats, warmup=0, rounds=1)[0]["median_ms"]
 
 
+# a point keeps at least this share of its measured time when the call's fixed cost is taken off
+MIN_OPERATOR_SHARE = 0.1
+
+
+class Identity(nn.Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return x.clone()  # a graph needs a node: one Identity
+
+
+def call_overhead(threads: int, batches: list[int], quick: bool = False) -> dict[str, float]:
+    """Per batch, the median ms of a session call that runs one Identity node on a (batch, 1)
+    input: the fixed cost every point's call includes and a network's call includes once."""
+    model = to_onnx(Identity(), (torch.randn(2, 1),))
+    sess = session(model, threads)
+    return {str(b): float(f"{median_ms(runner(sess, random_feeds(model, b)), quick):.4g}")
+            for b in batches}
+
+
+def operator_ms(measured: float, overhead: float) -> float:
+    """A point's milliseconds less the call's fixed cost, at least MIN_OPERATOR_SHARE of it."""
+    return float(f"{max(measured - overhead, MIN_OPERATOR_SHARE * measured):.4g}")
+
+
 def wanted(case: Case, batch: int, previous: tuple[int, float] | None = None) -> bool:
     """Whether to time ``case`` at ``batch``: within MAX_CALL_MACS, and within MAX_CALL_MS by its
     ``previous`` (batch, ms) scaled to this batch."""
@@ -197,6 +221,7 @@ def measure_table(options: TableOptions, command: str) -> LatencyTable:
     # one export per kind (a progress bar that moves); all at once for --quick (an export has a
     # fixed cost of about a second)
     chunks = [[c for cs in per_kind.values() for c in cs]] if options.quick else per_kind.values()
+    overhead = call_overhead(options.threads, options.batch, options.quick)
     points: dict[int, dict[str, list[Point]]] = {b: {k: [] for k in KINDS} for b in options.batch}
     bar = progress(None, total=sum(map(len, per_kind.values())))
     for cases in chunks:
@@ -213,12 +238,13 @@ def measure_table(options: TableOptions, command: str) -> LatencyTable:
                 if case is not per_kind[case.kind][0] and not wanted(case, b, previous):
                     break
                 ms = median_ms(runner(sess, random_feeds(sub, b)), options.quick)
-                points[b][case.kind].append(Point(macs(case), float(f"{ms:.4g}"), str(case)))
+                points[b][case.kind].append(Point(macs(case), operator_ms(ms, overhead[str(b)]),
+                                                  str(case)))
                 previous = (b, ms)
             bar.update()
     bar.close()
-    return LatencyTable(header=make_header(options.threads, options.batch, command),
-                        points=points)
+    header = {**make_header(options.threads, options.batch, command), "overhead_ms": overhead}
+    return LatencyTable(header=header, points=points)
 
 
 # --- command line ---------------------------------------------------------------------------------

@@ -295,6 +295,9 @@ def test_latency_units_price_each_operator_of_the_described_network(case, state)
                for ops in architecture_operators(found)]
     blocks = [v for k, v in layer_costs(found, units).items() if k.startswith("blocks.")]
     assert blocks == pytest.approx(by_hand, rel=1e-12)
+    # a network is one call: the table's fixed cost of a call once, beside the layers
+    assert architecture_cost(found, units) == pytest.approx(
+        sum(layer_costs(found, units).values()) + units.table.overhead(32), rel=1e-12)
     cost["total"].backward()
     assert any(float(p.grad.abs().sum()) > 0 for p in model.mask_parameters())
 
@@ -310,6 +313,29 @@ def test_the_base_in_milliseconds_is_the_table_at_the_base_sizes():
         at_init = float(model_cost(model, units=Units(table, 1))["total"])
     assert base_cost(c, Units(table, 1)) == pytest.approx(at_init, rel=1e-9)
     assert base_cost(c, Units(table, 32)) > base_cost(c, Units(table, 1))
+
+
+def test_the_fixed_cost_of_a_call_is_priced_once_per_network():
+    """A table that measured a call's fixed cost adds it once to every network's figure (the
+    search's, the frozen architecture's and the base's); MACs have none."""
+    from dnarch_deploy.cost import MACS, Units
+    from dnarch_deploy.latency import LatencyTable, load_table
+
+    bundled = load_table()
+    header = {**bundled.header, "overhead_ms": {str(b): 0.25 for b in bundled.batches}}
+    with_call = Units(LatencyTable(header=header, points=bundled.points), 1)
+    without = Units(LatencyTable(header={k: v for k, v in header.items() if k != "overhead_ms"},
+                                 points=bundled.points), 1)
+    c = tiny_config(input_size=(17,), learn="KWD")
+    model = tiny_model(0, learn="KWD", input_size=(17,))
+    with torch.no_grad():
+        both = [float(model_cost(model, units=u)["total"]) for u in (with_call, without)]
+    assert both[0] - both[1] == pytest.approx(0.25, rel=1e-9)
+    assert base_cost(c, with_call) - base_cost(c, without) == pytest.approx(0.25, rel=1e-9)
+    found = describe(model)
+    assert architecture_cost(found, with_call) - architecture_cost(found, without) == (
+        pytest.approx(0.25, rel=1e-9))
+    assert MACS.per_call == 0.0 and without.per_call == 0.0
 
 
 @pytest.mark.parametrize("state", ["init", "random", "min"])

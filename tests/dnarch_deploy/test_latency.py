@@ -56,6 +56,23 @@ def test_beyond_the_ends_ms_is_proportional_to_macs(macs):
     assert table().predict_ms("resample.split", macs, 1) == pytest.approx(want, rel=1e-12)
 
 
+def test_the_fixed_cost_of_a_call_is_the_nearest_measured_batchs():
+    header = {**L.make_header(1, [1, 32], "test"), "overhead_ms": {"1": 0.008, "32": 0.02}}
+    t = LatencyTable.from_json({**table().to_json(), "header": header})
+    assert (t.overhead(1), t.overhead(4), t.overhead(16), t.overhead(64)) == (
+        0.008, 0.008, 0.02, 0.02)
+    assert table().overhead(1) == 0.0  # a table that did not measure it (older files)
+
+
+@pytest.mark.parametrize("overhead", [{"1": -1.0}, {"7": 0.1}, {"1": "fast"}, [0.1],
+                                      {"1": float("nan")}])
+def test_a_bad_fixed_cost_is_refused_by_name(overhead):
+    data = table().to_json()
+    data["header"] = {**data["header"], "overhead_ms": overhead}
+    with pytest.raises(ValueError, match="overhead_ms"):
+        LatencyTable.from_json(data)
+
+
 def test_no_macs_no_time():
     t = table()
     assert t.predict_ms("linear", 0, 1) == 0.0

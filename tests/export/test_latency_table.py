@@ -39,9 +39,18 @@ def test_quick_writes_this_machines_table_to_the_cache(capsys, recwarn):
     assert table.batches == [1, 3] and table.header["batches"] == [1, 3]
     assert table.header["command"] == "python -m export.latency_table --quick --batch 1 --batch 3"
     assert all(table.points[b][k] for b in (1, 3) for k in KINDS)
+    # the fixed cost of a call, measured per batch and taken off every point
+    assert set(table.header["overhead_ms"]) == {"1", "3"}
+    assert all(0 < v < 1 for v in table.header["overhead_ms"].values())
     assert load_table(threads=1, batch=3).points == table.points  # found, quietly
     assert not [w for w in recwarn.list if issubclass(w.category, L.LatencyTableWarning)]
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+
+
+def test_a_point_loses_the_calls_fixed_cost_but_keeps_a_tenth_of_its_time():
+    assert T.operator_ms(0.05, 0.01) == pytest.approx(0.04)
+    assert T.operator_ms(0.01, 0.02) == pytest.approx(0.001)  # noise: the floor
+    assert T.operator_ms(0.03, 0.0) == 0.03
 
 
 @pytest.mark.parametrize("args, says", [
