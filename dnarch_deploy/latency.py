@@ -26,12 +26,15 @@ calls' fixed cost (measured: ~8 us each at batch 1, more than most operators of 
 network).
 
 Prediction (:meth:`LatencyTable.predict_ms`): piecewise-linear in log(MACs)-log(ms) through the
-kind's points at that batch, beyond the first and last point proportional to MACs (a line of
-slope 1 in log-log), 0 ms at 0 MACs. Before interpolating, points with equal MACs are averaged and
-the curve is made non-decreasing (pool adjacent violators, in log ms): shapes of equal MACs run at
-different speeds and timings are noisy, and a price that falls as MACs grow would reward the
-search for growing a layer. A batch the table did not measure is priced from the nearest measured
-batch (nearest in ratio, ties to the larger), scaled linearly: ms(B) = ms(B0) * B / B0.
+kind's points at that batch; beyond the last point proportional to MACs (a line of slope 1 in
+log-log), below the first one flat at its time (an operator smaller than any measured still
+costs a call of its kind: onnxruntime's per-node work, not its MACs, dominates there), and 0 ms
+at 0 MACs (an operator that does not run). Before interpolating, points with equal MACs are
+averaged and the curve is made non-decreasing (pool adjacent violators, in log ms): shapes of
+equal MACs run at different speeds and timings are noisy, and a price that falls as MACs grow
+would reward the search for growing a layer. A batch the table did not measure is priced from
+the nearest measured batch (nearest in ratio, ties to the larger), scaled linearly:
+ms(B) = ms(B0) * B / B0.
 
 Which table (:func:`load_table`): the one asked for, else the cache file measured on this machine
 with these threads, else the bundled default. A table that was measured on another machine (CPU
@@ -149,16 +152,17 @@ def _monotone(ys: list[float], counts: list[int]) -> list[float]:
 
 def _curve(points: list[Point]) -> tuple[Tensor, Tensor, Tensor]:
     """Knots (log MACs, log ms) of one kind at one batch and the slopes between them (float64):
-    equal MACs averaged, log ms made non-decreasing, and one more knot each side on the slope-1
-    line (ms proportional to MACs): :func:`_interpolate` extends the end segments beyond their
-    knots, so extrapolation is interpolation."""
+    equal MACs averaged, log ms made non-decreasing, and one more knot each side: below, at the
+    first point's time (flat), above, on the slope-1 line (ms proportional to MACs).
+    :func:`_interpolate` extends the end segments beyond their knots, so extrapolation is
+    interpolation."""
     groups: dict[float, list[float]] = {}
     for p in points:
         groups.setdefault(math.log(p.macs), []).append(math.log(p.ms))
     xs = sorted(groups)
     ys = _monotone([sum(groups[x]) / len(groups[x]) for x in xs], [len(groups[x]) for x in xs])
     kx = torch.tensor([xs[0] - 1, *xs, xs[-1] + 1], dtype=torch.float64)
-    ky = torch.tensor([ys[0] - 1, *ys, ys[-1] + 1], dtype=torch.float64)
+    ky = torch.tensor([ys[0], *ys, ys[-1] + 1], dtype=torch.float64)
     return kx, ky, ky.diff() / kx.diff()
 
 

@@ -49,11 +49,18 @@ def test_log_log_midpoint_is_the_geometric_mean():
     assert t.predict_ms("linear", 1e3, 1) == pytest.approx(2.0)
 
 
-@pytest.mark.parametrize("macs", [1.0, 10.0, 2e6, 1e9])
-def test_beyond_the_ends_ms_is_proportional_to_macs(macs):
-    end = KNOTS[0] if macs < KNOTS[0] else KNOTS[-1]
-    want = power(end) * macs / end
+@pytest.mark.parametrize("macs", [2e6, 1e9])
+def test_beyond_the_last_point_ms_is_proportional_to_macs(macs):
+    want = power(KNOTS[-1]) * macs / KNOTS[-1]
     assert table().predict_ms("resample.split", macs, 1) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("macs", [1.0, 10.0, 999.0])
+def test_below_the_first_point_an_operator_costs_the_smallest_measured_time(macs):
+    """An operator smaller than any measured is priced like the smallest: per-node work, not
+    its MACs, sets its time there."""
+    assert table().predict_ms("resample.split", macs, 1) == pytest.approx(power(KNOTS[0]),
+                                                                          rel=1e-12)
 
 
 def test_the_fixed_cost_of_a_call_is_the_nearest_measured_batchs():
