@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ def test_report_only_tables_and_targets(tmp_path: Path):
     # against 0.86 ± 0.014: a win. 0.5: found 1.1 ms; 16x4 (0.91x) and 32x2 (1.05x) within 10 %,
     # the better 32x2 0.94 ± 0.014 against 0.945 ± 0.021: a tie. digits 0.25: found 1.0 ms, the
     # nearest base point 16x4 at 1.5x: not at equal latency
-    t2 = text[text.index("| task | budget | found: test metric"):]
+    t2 = text[text.index("| task | budget | found: test metric"):text.index("## Targets")]
     assert cells(t2, "| ucr:GunPoint | 0.25 |")[2:] == [
         "accuracy 0.860 ± 0.014", "0.550 ± 0.071", "8x4: 1.05x, 0.810 ± 0.014",
         "win against 8x4"]
@@ -105,7 +106,14 @@ def test_report_only_tables_and_targets(tmp_path: Path):
         "(loss against 16x4, not at equal latency)"]
     assert not any(ln.startswith("| ucr:GunPoint | 1 |") for ln in t2.splitlines())
 
-    targets = text[text.index("## Targets"):]
+    targets = text[text.index("## Targets"):text.index("## Against the base family's front")]
+    # table 3: per task and batch one row per budget and a count; the verdicts are
+    # search.pareto.against_base_front's (tested in tests/search/test_sweep.py)
+    front = text[text.index("## Against the base family's front"):]
+    for task in ("ucr:GunPoint", "digits"):
+        for batch in ("1", "32"):
+            assert re.search(rf"\| {re.escape(task)} \| {batch} \| \*\*all\*\* \| \| "
+                             rf"\*\*\d of \d\*\* \|", front), (task, batch)
     assert "0.25, 0.5 and 1, on every task: **missed** (4 of 12; 4 not measured)" in targets
     assert ("At budget 0.25, DNArch(K,R,W,D) beats the narrowed base at equal latency (±10%) "
             "on ≥ 2 of 3 tasks: **missed** (1 of 2: ucr:GunPoint; no base point at equal "
