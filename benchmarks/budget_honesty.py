@@ -192,16 +192,16 @@ def latency_table(sweeps: dict[str, dict],
         for budget in budgets:
             found = [r for r in searches(pareto, budget) if r["seed"] in base]
             large = str(pareto["batches"][-1])
+            targeted = any(math.isclose(budget, b) for b in TARGETED)
             if not found:
                 why = "no base CCNN_{D,H} in the sweep" if not base else "no search"
                 lines.append(f"| {task} | {budget:g} | {why} | | | |")
-                checks += [None, None] if any(math.isclose(budget, b) for b in TARGETED) else []
+                checks += [None, None] if targeted else []
                 continue
             cost = [r["macs"] / base[r["seed"]]["macs"] for r in found]
             ratios = {b: [r["ms"][b] / base[r["seed"]]["ms"][b] for r in found]
                       for b in ("1", large)}
             met = [within(statistics.mean(v), budget) for v in ratios.values()]
-            targeted = any(math.isclose(budget, b) for b in TARGETED)
             checks += met if targeted else []
             lines.append(f"| {task} | {budget:g} | {fmt(cost)} | {fmt(ratios['1'])} "
                          f"| {fmt(ratios[large])} | "
