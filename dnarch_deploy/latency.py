@@ -22,8 +22,8 @@ of a call: ``header["overhead_ms"]`` (per batch, optional) is the median time of
 running one Identity node, subtracted from every point when measured (at most 90 % of a point)
 and priced once per network (:meth:`LatencyTable.overhead`). Each point is its own session
 call, and a network of 20 operators is one call: without the subtraction the table prices 20
-calls' fixed cost (measured: ~8 us each at batch 1, more than most operators of a small
-network).
+calls' fixed cost (the bundled table's: 6.4 us at batch 1, more than most operators of a small
+network take).
 
 Prediction (:meth:`LatencyTable.predict_ms`): piecewise-linear in log(MACs)-log(ms) through the
 kind's points at that batch; beyond the last point proportional to MACs (a line of slope 1 in

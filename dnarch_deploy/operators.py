@@ -59,10 +59,10 @@ CONV_COST_WEIGHT = {"direct": 0.6, "matmul": 1.0, "multistep": 3.0, "dft": math.
 FACTORED_MAC_PENALTY = 3.0
 
 # onnxruntime's CPU grouped Conv takes its fast (NCHWc) depthwise kernel only for 2-D inputs whose
-# channel count is a multiple of 4: a 1-D depthwise Conv, or one on 23 channels, takes 1.3-8x the
-# time of the same Conv on a one-row image padded to 24 channels (1 thread, batch 1 and 32:
-# ``benchmarks/direct_conv.py``). The direct tactic runs that way: its channels padded
-# with zero filters, priced at the padded count.
+# channel count is a multiple of 4: on images with another channel count the one-row, padded form
+# below is 1.4-21x faster, on 1-D inputs up to 6.8x (slower only for 3-tap kernels on 512 samples:
+# 0.7-0.9x, microseconds) (1 thread, batch 1 and 32: ``benchmarks/direct_conv.py`` table 1). The
+# direct tactic runs that way: its channels padded with zero filters, priced at the padded count.
 DEPTHWISE_CHANNEL_MULTIPLE = 4
 
 # the largest later factor of a MatMul FFT tried (a stage's DFT matrix is factor x factor)

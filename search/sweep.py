@@ -58,8 +58,8 @@ class SweepConfig:
         "the base CCNN family as WIDTHxDEPTH,... (e.g. 32x4,16x4,32x2); auto: the base width "
         "times sqrt(budget) for each budget at the base depth, and the base width at half "
         "the depth")})
-    # by cost, not timed: the lowering the search's cost model priced, and ~12 s an export of a
-    # GunPoint or digits network; --export-flags=--tune times the tactics of every export
+    # by cost, not timed: the lowering the search's cost model priced, and no time spent timing
+    # tactics; --export-flags=--tune times the tactics of every export
     export_flags: str = field(default="--no-tune", metadata={"help": (
         "python -m export.onnx flags for every export; the default exports by the cost model "
         "(the lowering the searches priced; --tune: tactics timed per model)")})
