@@ -23,7 +23,9 @@ import json
 import math
 import os
 import shlex
+import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -34,7 +36,16 @@ from dnarch_deploy import sweepdir as S
 from dnarch_deploy.cli import add_fields, given_flags
 from dnarch_deploy.io import atomic_write_text
 
-from .jobs import JobError, Run, execute, run_module, saved_differences, set_flag
+from .jobs import (
+    ROOT,
+    JobError,
+    Run,
+    environment,
+    execute,
+    run_module,
+    saved_differences,
+    set_flag,
+)
 
 # search.run flags the sweep sets for each model
 OWN = ("--seed", "--budget", "--out", "--resume", "--learn", "--task")
@@ -158,6 +169,7 @@ def make_plan(cfg: SweepConfig, search_flags: list[str]) -> dict:
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name} must be >= 1, got {getattr(cfg, name)}")
     base = _search_config(["--task", cfg.task, *search_flags], "search flags", parse_args)
+    check_export_flags(shlex.split(cfg.export_flags))
     grid = parse_grid(cfg.base_grid, base.width, base.depth, budgets)
     return {"schema": S.PLAN_SCHEMA, "version": S.VERSION, "task": cfg.task, "learn": cfg.learn,
             "budgets": budgets, "seeds": cfg.seeds, "base_grid": grid,
@@ -204,6 +216,19 @@ def _search_config(flags: list[str], what: str, parse_args):
 
 
 # --- checks before any run starts ---------------------------------------------------------------
+
+
+def check_export_flags(flags: list[str]) -> None:
+    """Refuse --export-flags that python -m export.onnx's own parser rejects (it exits 2; given
+    a run directory that does not exist it otherwise stops at that, status 1), before any model
+    trains. search and export meet only in the run directory, so export's parser runs in a
+    process of its own."""
+    missing = str(Path(tempfile.gettempdir()) / "dnarch-sweep-no-such-run")
+    proc = subprocess.run([sys.executable, "-m", "export.onnx", missing, *flags],
+                          capture_output=True, text=True, env=environment(), cwd=ROOT)
+    if proc.returncode == 2:
+        why = (proc.stderr.strip().splitlines() or ["rejected"])[-1]
+        raise UsageError(f"--export-flags {shlex.join(flags)}: python -m export.onnx says: {why}")
 
 
 def check_out(cfg: SweepConfig, given: set[str], plan: dict) -> tuple[Path, dict]:

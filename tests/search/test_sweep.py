@@ -136,6 +136,8 @@ TINY = ["--depth", "1", "--width", "4", "--epochs", "1"]
     (["--budgets", "0.5", "--seed", "3"], "--seed is set by the sweep"),
     (["--budgets", "0.5", "--lr", "-1"], "--lr must be > 0"),
     (["--budgets", "0.5", "--jobs", "0"], "--jobs must be >= 1"),
+    (["--budgets", "0.5", "--export-flags=--no-tune --bogus"],
+     "--export-flags --no-tune --bogus: python -m export.onnx says: "),
 ])
 def test_bad_input_is_refused_before_any_run(tmp_path: Path, capsys, args, message):
     out = tmp_path / "sweep"
