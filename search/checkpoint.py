@@ -97,7 +97,7 @@ def load_last(run_dir: Path, model, opt, sched) -> dict:
     dirs = _epoch_dirs(run_dir)
     if not dirs:
         return {"epoch": -1, "step": 0, "best": None, "best_epoch": -1, "wall_seconds": 0.0,
-                "best_fits": False, "best_loss": float("inf"), "first_loss": None,
+                "best_fits": False, "first_loss": None,
                 "restarts": []}
     last = dirs[-1]
     R.load_weights(model, last / "model.safetensors")
@@ -111,7 +111,6 @@ def load_last(run_dir: Path, model, opt, sched) -> dict:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         info = {k: state[k] for k in ("epoch", "step", "best", "best_epoch", "wall_seconds")}
         info["best_fits"] = bool(state.get("best_fits", True))  # runs before the budget rule
-        info["best_loss"] = float(state.get("best_loss", float("inf")))  # and the loss tie-break
         info["first_loss"] = float(state.get("first_loss", float("nan")))  # and stall checks
         info["restarts"] = list(state.get("restarts", []))
     except Exception as e:  # noqa: BLE001 - any failure here means a damaged or foreign file

@@ -9,6 +9,7 @@ uninterrupted one.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import platform
@@ -185,19 +186,22 @@ def within_params(arch, cfg: SearchConfig) -> bool:
     return not cfg.max_params or architecture_params(arch) <= cfg.max_params
 
 
-def _is_better(value: float, loss: float, fits: bool, best: tuple | None, higher: bool) -> bool:
-    """Is this round the new result? ``best`` is the result so far as (metric, loss, fits). A
-    round whose network fits the budget beats one that does not; then the better validation
-    metric wins; then the lower validation loss, since on a 10-sample validation split most
-    rounds tie on accuracy; full ties go to the later round."""
-    if best is None:
-        return True
-    b_value, b_loss, b_fits = best
-    if fits != b_fits:
-        return fits
-    if value != b_value:
-        return value > b_value if higher else value < b_value
-    return loss <= b_loss
+def is_result(metric: float, fits: bool, best: tuple | None, higher: bool,
+              standard_error) -> tuple[bool, tuple | None]:
+    """Is this round the new result, and the new ``best`` (top metric, fits)? A round whose
+    network fits the budget beats one that does not. Among rounds alike in that, the result is
+    the latest whose validation metric is within one standard error of the top one (Breiman's
+    one-standard-error rule). On a 7- or 10-sample validation split one sample is 10-15 % of
+    accuracy, so "the best round" is often an early round that won by chance; later rounds have
+    trained longer and test better (benchmarks/ucr_quality.py). ``standard_error(value)`` is the
+    metric's standard error on the validation split; with 0 the latest of the tied top rounds
+    wins."""
+    if best is None or fits != best[1]:
+        return (True, (metric, fits)) if best is None or fits else (False, best)
+    top = max(best[0], metric) if higher else min(best[0], metric)
+    slack = standard_error(top)
+    close = metric >= top - slack if higher else metric <= top + slack
+    return close, (top, fits)
 
 
 def complexity_weight(cfg: SearchConfig, step: int, steps: int) -> float:
@@ -266,10 +270,11 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
         best_epoch, wall = state["best_epoch"], state["wall_seconds"]
         first_loss, restarts = state["first_loss"], state["restarts"]
         if state["best"] is not None:
-            best = (state["best"], state["best_loss"], state["best_fits"])
+            best = (state["best"], state["best_fits"])
         if is_writer:
             checkpoint.truncate_records(run_dir, state["epoch"])
     higher = task.higher_is_better
+    standard_error = functools.partial(task.standard_error, n=len(val_set))
     amp = device.type == "cuda" and cfg.amp
     shift = cfg.shift if task.kind == "classification" and not task.tokens else 0.0
 
@@ -350,16 +355,17 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
                  "metric": metric, "seconds": wall},
             ]
             fits = ratio_now <= 1.0 + cfg.budget_tolerance and within_params(arch, cfg)
-            if _is_better(metric, val_loss, fits, best, higher):
-                best, best_epoch = (metric, val_loss, fits), epoch
+            chosen, best = is_result(metric, fits, best, higher, standard_error)
+            if chosen:
+                best_epoch = epoch
                 checkpoint.save_weights(model, run_dir / R.BEST_WEIGHTS)
             for row in rows:
                 append_jsonl(run_dir / R.METRICS, row)
             append_jsonl(run_dir / R.ARCHITECTURES, arch.to_dict())
             checkpoint.save_last(run_dir, model, opt, sched, {
-                "epoch": epoch, "step": step, "best": best[0], "best_loss": best[1],
-                "best_fits": best[2], "best_epoch": best_epoch, "wall_seconds": wall,
-                "first_loss": first_loss, "restarts": restarts})
+                "epoch": epoch, "step": step, "best": best[0], "best_fits": best[1],
+                "best_epoch": best_epoch, "wall_seconds": wall, "first_loss": first_loss,
+                "restarts": restarts})
             bar.set_postfix(loss=f"{train_row['loss']:.3f}", val=f"{metric:.3f}",
                             ratio=f"{ratio_now:.3f}")
         distributed.barrier(world)
@@ -367,7 +373,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
 
     summary = None
     if is_writer:
-        summary = finish(cfg, run_dir, task, model, test_set, target, best_epoch, best[2], wall,
+        summary = finish(cfg, run_dir, task, model, test_set, target, best_epoch, best[1], wall,
                          length, restarts)
     distributed.barrier(world)
     return summary

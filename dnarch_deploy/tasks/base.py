@@ -53,6 +53,13 @@ class Task:
             return accuracy(pred, target)
         return relative_l2(pred, target)
 
+    def standard_error(self, value: float, n: int) -> float:
+        """The standard error of a metric ``value`` measured on ``n`` samples: binomial for
+        accuracy, sqrt(a (1 - a) / n); 0 for rel_l2 (its per-sample spread is not kept)."""
+        if self.metric_name != "accuracy" or n < 1:
+            return 0.0
+        return float(np.sqrt(max(value * (1.0 - value), 0.0) / n))
+
     def sizes(self) -> tuple[int, int, int]:
         return len(self.y_train), len(self.y_val), len(self.y_test)
 
