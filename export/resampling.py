@@ -30,13 +30,23 @@ from .static import Resample
 
 # --- resampling as MatMul -------------------------------------------------------------------------
 
+# Along the second-to-last axis a MatMul multiplies from the left, M @ x with x (B, C, n, W):
+# onnxruntime runs that as one small (size x n) @ (n x W) GEMM per image and channel, whose fixed
+# cost dominates when the rows are short (W = 8: a 8 x 8 x 8 GEMM). Below this row length the
+# axis is transposed to the end first, (x^T @ M)^T, which is one GEMM over all B C W rows; above
+# it the two Transposes cost more than they save (benchmarks/axis_matmul.py).
+TRANSPOSE_ROWS_BELOW = 16
+
 
 class AxisMatMul(nn.Module):
     """A fixed linear map along one spatial axis (dim -1 or -2) as one MatMul."""
 
-    def __init__(self, matrix: Tensor, dim: int):
+    def __init__(self, matrix: Tensor, dim: int, transposed: bool | None = None):
         super().__init__()
         self.dim = dim
+        # along dim -2: (x^T @ M)^T instead of M^T @ x; None: on rows shorter than
+        # TRANSPOSE_ROWS_BELOW (fixed here only for benchmarks/axis_matmul.py)
+        self.transposed = transposed
         self.sizes = tuple(matrix.shape)  # (samples in, samples out) along the axis
         # stored the way it is applied: x @ M (last axis) or M^T @ x (second-to-last axis)
         weight = matrix if dim == -1 else matrix.T
@@ -45,6 +55,11 @@ class AxisMatMul(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.dim == -1:
             return torch.matmul(x, self.weight)
+        transposed = self.transposed
+        if transposed is None:
+            transposed = x.shape[-1] < TRANSPOSE_ROWS_BELOW
+        if transposed:  # (x^T @ M)^T: one GEMM over every row
+            return torch.matmul(x.transpose(-1, -2), self.weight.T).transpose(-1, -2)
         return torch.matmul(self.weight, x)
 
     def macs(self) -> int:

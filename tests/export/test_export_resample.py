@@ -20,6 +20,7 @@ from dnarch_deploy.spectral import next_fast_len, resample, resample_matrix
 from export.bench import axis_matmul_macs
 from export.emit import to_onnx
 from export.resampling import (
+    TRANSPOSE_ROWS_BELOW,
     AxisMatMul,
     FactoredResample,
     lower_resample,
@@ -139,6 +140,29 @@ def test_factored_resample_in_onnxruntime():
     feeds = {k: np.concatenate([v, v, v]) for k, v in feeds.items()}
     for out, ref in zip(sess.run(None, feeds), refs):
         assert float(np.abs(out[2:4] - ref.numpy()).max() / ref.abs().max()) < 1e-5
+
+
+@pytest.mark.parametrize("rows", [1, 8, TRANSPOSE_ROWS_BELOW - 1, TRANSPOSE_ROWS_BELOW, 28])
+def test_second_axis_matmul_transposes_short_rows_and_stays_exact(rows):
+    """Along dim -2 a dense resampling multiplies from the left on long rows, and moves the axis
+    last (Transpose, MatMul, Transpose) on rows shorter than TRANSPOSE_ROWS_BELOW; both are the
+    resampling (to float32 rounding: the matrix is stored in float32), in torch and in
+    onnxruntime, and the weight's transpose is folded into the initializer at export."""
+    n, size = 12, 7
+    mask = _mask(n, size, True, rows)
+    module = lower_resample(Resample(size, -2, mask), n, "dense")
+    x = torch.randn(2, 3, n, rows, dtype=torch.float64)
+    ref = resample(x, size, dim=-2, mask=mask)
+    out = module(x.float()).double()
+    assert float((out - ref).abs().max() / ref.abs().max()) < 1e-6
+    model = to_onnx(module.eval(), (x.float(),))
+    ops = [node.op_type for node in model.graph.node]
+    short = rows < TRANSPOSE_ROWS_BELOW
+    assert ops == (["Transpose", "MatMul", "Transpose"] if short else ["MatMul"])
+    assert [tuple(i.dims) for i in model.graph.initializer] == [(n, size) if short else (size, n)]
+    sess = session(model)
+    out = sess.run(None, {model.graph.input[0].name: x.float().numpy()})[0]
+    assert float(np.abs(out - ref.numpy()).max() / ref.abs().max()) < 1e-5
 
 
 def test_lower_resample_tactics_and_their_costs():
