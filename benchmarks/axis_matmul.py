@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dnarch_deploy.spectral import resample, resample_matrix  # noqa: E402
 from export.emit import to_onnx  # noqa: E402
 from export.resampling import TRANSPOSE_ROWS_BELOW, AxisMatMul  # noqa: E402
-from export.timing import measure, progress, runner, session  # noqa: E402
+from export.timing import batch_sizes, measure, progress, runner, session  # noqa: E402
 
 # (n, size, W): down- and upsampling of square images from digits' 8x8 to 64x64, and the first
 # axis of a tall image with short rows
@@ -69,11 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two cases, fewer repeats")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
-    parser.add_argument("--batches", default="1,32", help="batch sizes, comma-separated")
+    parser.add_argument("--batches", type=batch_sizes, default="1,32",
+                        help="batch sizes, comma-separated")
     parser.add_argument("--repeats", type=int, default=60, help="timed calls per form (medians)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = args.batches
     repeats = min(args.repeats, 20) if args.quick else args.repeats
     cases = [(*c, b) for c in (QUICK if args.quick else CASES) for b in batches]
     print(f"$ python benchmarks/axis_matmul.py {' '.join(argv or sys.argv[1:])}".rstrip())

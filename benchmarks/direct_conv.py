@@ -39,7 +39,7 @@ from dnarch_deploy.operators import conv_macs, depthwise_channels  # noqa: E402
 from dnarch_deploy.spectral import direct_conv  # noqa: E402
 from export.emit import to_onnx  # noqa: E402
 from export.tactics import DirectConv, make_conv  # noqa: E402
-from export.timing import measure, progress, runner, session  # noqa: E402
+from export.timing import batch_sizes, measure, progress, runner, session  # noqa: E402
 
 # (size, taps): short and long 1-D axes with small and global kernels, small and MNIST-size images
 SHAPES = [((54,), (47,)), ((150,), (9,)), ((150,), (299,)), ((1024,), (31,)), ((512,), (3,)),
@@ -92,13 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two shapes, two channel counts")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
-    parser.add_argument("--batches", default="1,32", help="batch sizes, comma-separated")
+    parser.add_argument("--batches", type=batch_sizes, default="1,32",
+                        help="batch sizes, comma-separated")
     parser.add_argument("--repeats", type=int, default=60, help="timed calls per form (medians)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     shapes = QUICK["shapes"] if args.quick else SHAPES
     channels = QUICK["channels"] if args.quick else CHANNELS
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = args.batches
     repeats = min(args.repeats, 20) if args.quick else args.repeats
     cases = [(s, t, c, b) for s, t in shapes for c in channels for b in batches]
     print(f"$ python benchmarks/direct_conv.py {' '.join(argv or sys.argv[1:])}".rstrip())

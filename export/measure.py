@@ -22,7 +22,7 @@ from dnarch_deploy.rundir import EXPORT
 
 from .artifacts import ONNX_FILE
 from .infer import InputError, load_spec, open_model
-from .timing import measure, progress, random_feeds, runner
+from .timing import batch_sizes, measure, progress, random_feeds, runner
 
 SCHEMA = "dnarch-latency"
 VERSION = 1
@@ -59,16 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dirs", type=Path, nargs="+", help="run directories exported by "
                    "python -m export.onnx")
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
-    p.add_argument("--batches", default="1,32", help="batch sizes, comma-separated")
+    p.add_argument("--batches", type=batch_sizes, default="1,32",
+                   help="batch sizes, comma-separated")
     p.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
     p.add_argument("--repeats", type=int, default=20, help="timed calls per model and batch")
     args = p.parse_args(argv)
-    try:
-        batches = tuple(int(b) for b in args.batches.split(","))
-    except ValueError:
-        p.error(f"--batches expects comma-separated integers, got {args.batches!r}")
-    if min(batches) < 1 or args.threads < 1 or args.repeats < 1:
-        p.error("--batches, --threads and --repeats must be >= 1")
+    batches = args.batches
+    if args.threads < 1 or args.repeats < 1:
+        p.error("--threads and --repeats must be >= 1")
     try:
         result = measure_exports(args.run_dirs, batches, args.threads, args.repeats)
         atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")

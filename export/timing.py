@@ -13,6 +13,7 @@ hits them alike.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import os
 import time
@@ -35,6 +36,17 @@ _NP = {
 def progress(iterable, disable: bool = False, **kwargs):
     """A tqdm progress bar, silent when the environment variable CI is set."""
     return tqdm(iterable, disable=disable or bool(os.environ.get("CI")), leave=False, **kwargs)
+
+
+def batch_sizes(text: str) -> tuple[int, ...]:
+    """An argparse type: comma-separated batch sizes, each >= 1 ("1,32" -> (1, 32))."""
+    try:
+        batches = tuple(int(b) for b in text.split(","))
+    except ValueError:
+        batches = ()
+    if not batches or min(batches) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return batches
 
 
 def session(model: onnx.ModelProto | bytes | str, threads: int = 0) -> ort.InferenceSession:

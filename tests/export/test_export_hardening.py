@@ -194,3 +194,24 @@ def test_infer_refuses_non_finite_input(exported_run, tmp_path, capsys):
     one_message(err, "2 NaN or infinite value(s), in 2 sample(s) (first: sample 2)")
     with pytest.raises(infer.InputError, match="NaN"):
         infer.predict(exported_run / "export", x)
+
+
+@pytest.mark.parametrize("text", ["x", "1,y", "0", "1,-2", ""])
+def test_measure_refuses_bad_batches_before_any_work(tmp_path, capsys, text):
+    """export.measure --batches: one message naming the flag and the value, exit 2, nothing
+    written (the same type serves the benchmarks' --batches)."""
+    from export import measure
+
+    out = tmp_path / "m.json"
+    with pytest.raises(SystemExit) as e:
+        measure.main([str(tmp_path), "--out", str(out), "--batches", text])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --batches: expected comma-separated integers >= 1, got {text!r}" in err
+    assert not out.exists()
+
+
+def test_batch_sizes_parses_comma_separated_sizes():
+    from export.timing import batch_sizes
+
+    assert batch_sizes("1,32") == (1, 32) and batch_sizes("8") == (8,)
