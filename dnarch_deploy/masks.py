@@ -135,6 +135,16 @@ def gaussian_sigma_range(k_max: int, threshold: float = THRESHOLD) -> tuple[floa
     return min(step, 1.0) * INSIDE / root, INSIDE / root
 
 
+def sigma_for_kernel(taps: int, k_max: int, threshold: float = THRESHOLD) -> float:
+    """The sigma whose support holds the centred kernel of ``taps`` (odd) of the k_max taps on
+    linspace(-1, 1, k_max): the global kernel's sigma when taps >= k_max."""
+    if taps >= k_max:
+        return sigma_for_full_kernel(threshold)
+    x_t = (taps // 2) * 2.0 / (k_max - 1) * INSIDE
+    sigma_min = gaussian_sigma_range(k_max, threshold)[0]
+    return max(x_t / math.sqrt(-2.0 * math.log(threshold)), sigma_min)
+
+
 def sigma_for_full_kernel(threshold: float = THRESHOLD) -> float:
     """The sigma whose support just covers [-1, 1]: the base CCNN's global kernel (every tap
     non-zero; size() is clipped to the maximum)."""

@@ -48,6 +48,12 @@ BEST_WEIGHTS = "checkpoints/best.safetensors"
 EXPORT = "export"
 
 CONFIG_KEYS = ("schema", "version", "task", "seed", "model", "train")
+# Model fields added after version 1 was written, with the value that reproduces what runs
+# written before them trained: config.json records every model field, so a missing one is older.
+MODEL_FIELDS_BEFORE = {
+    "initial_kernel": 0,  # kernels started global
+    "sample_floor": 1e-3,  # input_norm="sample" variance floor
+}
 SUMMARY_KEYS = (
     "task", "learn", "metric_name", "test_metric", "complexity_ratio", "params", "macs",
     "wall_seconds",
@@ -154,6 +160,8 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
     if config["version"] != RUN_VERSION:
         raise RunError(f"{path}: field 'version' is {config['version']!r}; this dnarch-deploy "
                        f"reads run version {RUN_VERSION} (written by another version?)")
+    if isinstance(config["model"], dict):
+        config["model"] = {**MODEL_FIELDS_BEFORE, **config["model"]}
     return config
 
 

@@ -123,6 +123,9 @@ class SearchConfig:
                        "this many times")
     # --- kernel network and masks
     omega_0: float = _model("omega_0", "frequency prior of the kernel network's Fourier features")
+    initial_kernel: int = _model("initial_kernel", "with K learned: kernels start global on axes "
+                                 "up to this many taps and at this size, centred, on longer ones "
+                                 "(odd; 0: global everywhere)")
     tau_resolution: float = _model("tau_resolution", "temperature of the resolution masks")
     tau_width: float = _model("tau_width", "temperature of the width masks")
     tau_depth: float = _model("tau_depth", "temperature of the depth mask")

@@ -204,3 +204,14 @@ def test_clamp_masks_restores_the_ranges_after_a_wild_update():
     assert len(plan.blocks) == depth_min >= 1
     assert all(min(b.n_in, b.n_mid, b.n_out) == width_min >= 1 for b in plan.blocks)
     assert all(min(b.resolution) >= 1 for b in plan.blocks)
+
+
+def test_sigma_for_kernel_holds_exactly_that_many_taps():
+    """The initial kernel's sigma: its support on the k_max grid is ``taps`` taps, the global
+    kernel's sigma from k_max up, and never below sigma_min (3 taps)."""
+    for k_max in (5, 149, 427, 1459):
+        for taps in range(1, k_max + 1, 2):
+            sigma = M.sigma_for_kernel(taps, k_max)
+            half = M.gaussian_half_taps(float(M.gaussian_inverse(torch.tensor(sigma))), k_max)
+            assert 2 * half + 1 == max(taps, 3), (k_max, taps)
+        assert M.sigma_for_kernel(k_max + 2, k_max) == M.sigma_for_full_kernel()

@@ -3,6 +3,8 @@ start at the base size; gradients reach every mask; the resolution mask is an ex
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -217,6 +219,36 @@ def test_resolution_mask_is_in_the_loss_before_it_crops(case):
     out = model(inputs(model))
     (g,) = torch.autograd.grad(out.square().mean(), model.mask_res)
     assert (g != 0).all()
+
+
+
+@pytest.mark.parametrize("learn, initial_kernel, size, expected", [
+    ("KRWD", 149, (1460,), (149,)),  # a long axis starts local
+    ("KRWD", 149, (150,), (149,)),  # up to initial_kernel taps: global, as before
+    ("KRWD", 149, (100,), (99,)),
+    ("K", 149, (28, 300), (27, 149)),  # per axis
+    ("KRWD", 0, (1460,), (1459,)),  # 0: global everywhere
+    ("RWD", 149, (1460,), (1459,)),  # kernel size not learned: global (the base CCNN's)
+    ("none", 149, (1460,), (1459,)),
+])
+def test_initial_kernel_is_global_up_to_initial_kernel_taps(learn, initial_kernel, size, expected):
+    """The first plan's kernels have initial_kernel_size taps, and the kernel gain gives them
+    unit-order output variance: 1 / sqrt(taps)."""
+    config = ModelConfig(in_channels=1, out_channels=2, input_size=size, depth=2, width=4,
+                         learn=learn, initial_kernel=initial_kernel)
+    assert config.initial_kernel_size == expected
+    model = DNArch(config)
+    with torch.no_grad():
+        plan = model.plan()
+    for block in plan.blocks:
+        assert tuple(2 * h + 1 for h in block.half_taps) == expected
+    assert model.kernel_gain == pytest.approx(1.0 / math.prod(expected) ** 0.5)
+
+
+@pytest.mark.parametrize("value", [-1, 1, 2, 148])
+def test_initial_kernel_must_be_zero_or_odd(value):
+    with pytest.raises(ValueError, match=f"initial_kernel must be 0 .* got {value}"):
+        ModelConfig(in_channels=1, out_channels=2, input_size=(16,), initial_kernel=value)
 
 
 def test_blocks_outside_the_depth_support_get_no_gradient():
