@@ -199,7 +199,21 @@ def split_macs(n: int, size: int, a: int, b: int) -> int:
     b on the output side: 2 a n, 4 n K1, 4 K1' size, 2 b size (K1 = ceil(keep / a),
     K1' = ceil(keep / b), keep = min(n, size) // 2 + 1 bins)."""
     keep = min(n, size) // 2 + 1
-    return 2 * a * n + 4 * n * -(-keep // a) + 4 * size * -(-keep // b) + 2 * b * size
+    return half_macs(n, keep, a) + half_macs(size, keep, b)
+
+
+def half_macs(length: int, bins: int, d: int) -> int:
+    """Real multiply-accumulates per line of one half of the four-step form, split by d (dividing
+    ``length``): the first ``bins`` DFT bins of ``length`` samples, or ``length`` samples from
+    ``bins`` bins: 2 d length + 4 length ceil(bins / d)."""
+    return 2 * d * length + 4 * length * -(-bins // d)
+
+
+@functools.cache
+def half_split(length: int, bins: int) -> int:
+    """The split d (a divisor of ``length``) with the fewest :func:`half_macs`."""
+    divisors = [d for d in range(1, length + 1) if length % d == 0]
+    return min(divisors, key=lambda d: half_macs(length, bins, d))
 
 
 @functools.cache
@@ -208,13 +222,25 @@ def split_pair(n: int, size: int) -> tuple[int, int, int]:
     and minimises its half of :func:`split_macs` (no common factor needed: the spectrum is
     re-laid out between the halves)."""
     keep = min(n, size) // 2 + 1
-
-    def best(length: int) -> int:
-        divisors = [d for d in range(1, length + 1) if length % d == 0]
-        return min(divisors, key=lambda d: 2 * d * length + 4 * length * -(-keep // d))
-
-    a, b = best(n), best(size)
+    a, b = half_split(n, keep), half_split(size, keep)
     return a, b, split_macs(n, size, a, b)
+
+
+@functools.cache
+def spectrum_form(length: int, bins: int) -> tuple[str, int]:
+    """How one half lowers (:class:`export.spectrum.ToSpectrum`, ``FromSpectrum``): ``("dense",
+    1)``, one (length, 2 bins) MatMul, or ``("factored", d)``, the four-step half split by d, when
+    its MACs times FACTORED_MAC_PENALTY are fewer."""
+    d = half_split(length, bins)
+    if d > 1 and half_macs(length, bins, d) * FACTORED_MAC_PENALTY < 2 * length * bins:
+        return "factored", d
+    return "dense", 1
+
+
+def spectrum_macs(length: int, bins: int) -> int:
+    """Real multiply-accumulates per line of one half as :func:`spectrum_form` lowers it."""
+    form, d = spectrum_form(length, bins)
+    return half_macs(length, bins, d) if form == "factored" else 2 * length * bins
 
 
 def resample_macs(form: str, n: int, size: int) -> int:

@@ -69,9 +69,14 @@ def theoretical_costs(
     enc = lowered.encoder
     stream = enc.weight.shape[1] if enc.tokens else enc.weight.shape[0]
     c_in = 0 if enc.tokens else enc.weight.shape[1]  # a token encoder is a table look-up
+    # the stream as its spectrum (export.spectrum): one transform after the encoder, residual adds
+    # over 2 K values, the decoder's mean read from DC
+    spectrum = enc.spectrum
+    stream_length = length if spectrum is None else spectrum.sizes[1]
     out: dict[str, dict[str, float]] = {}
     out["encoder"] = {
-        "theoretical": float(linear_cost(length, c_in, stream) + pointwise_cost(length, stream)),
+        "theoretical": float(linear_cost(length, c_in, stream) + pointwise_cost(length, stream)
+                             + (0 if spectrum is None else stream * spectrum.macs())),
     }
     for i, block in enumerate(lowered.blocks):
         res = tuple(block.bias1.shape[1:])
@@ -89,9 +94,10 @@ def theoretical_costs(
         for m in block.up:
             work += axis_matmul_macs(m, n_out, tuple(shape))
             shape[m.dim] = m.sizes[1]
-        work += pointwise_cost(length, n_out)
+        work += pointwise_cost(stream_length, n_out)
         out[f"blocks.{i}"] = {"theoretical": float(work)}
-    dec = decoder_cost(length, stream, lowered.decoder.weight.shape[0], lowered.decoder.dense)
+    dec = decoder_cost(length if spectrum is None else 1, stream, lowered.decoder.weight.shape[0],
+                       lowered.decoder.dense)
     out["decoder"] = {"theoretical": float(sum(dec.values()))}
     if found is not None:
         paper = layer_costs(found)

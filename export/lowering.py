@@ -1,7 +1,8 @@
 """Stage 4: lower the static module to fixed-size operators.
 
 Each block's spectral down/up-sampling becomes per-axis MatMuls (:mod:`export.resampling`) and
-its depthwise convolution one of the tactics (:mod:`export.tactics`); which ones is
+its depthwise convolution one of the tactics (:mod:`export.tactics`); or, for 1-D networks whose
+blocks all crop, the stream is carried as its spectrum (:mod:`export.spectrum`). Which ones is
 :mod:`export.policy`'s choice, :func:`lower` applies it.
 """
 
@@ -12,6 +13,7 @@ import copy
 from torch import nn
 
 from .resampling import lower_resample
+from .spectrum import SPECTRUM, carry_spectrum
 from .static import StaticBlock, StaticNet
 from .tactics import make_conv
 
@@ -47,14 +49,24 @@ def lower(static: StaticNet, tactics: list[str],
         resample = resample_tactics_by_cost(static)
     if len(resample) != len(static.blocks):
         raise ValueError(f"{len(resample)} resampling tactics for {len(static.blocks)} blocks")
+    spectral = [SPECTRUM in t for rs in resample for t in rs.values()]
+    if any(spectral) and not all(spectral):
+        raise ValueError(f"{SPECTRUM!r} resampling is for every axis of every block or none")
     lowered = copy.deepcopy(static)
     input_size = tuple(static.spec["spatial"])
     for block, tactic, rs in zip(lowered.blocks, tactics, resample):
         resolution = block_resolution(block)
-        down, up = zip(block.down, rs["down"], strict=True), zip(block.up, rs["up"], strict=True)
-        block.down = nn.Sequential(*(lower_resample(m, input_size[m.dim], t) for m, t in down))
-        block.up = nn.Sequential(*(lower_resample(m, resolution[m.dim], t) for m, t in up))
+        if not any(spectral):
+            down = zip(block.down, rs["down"], strict=True)
+            up = zip(block.up, rs["up"], strict=True)
+            block.down = nn.Sequential(*(lower_resample(m, input_size[m.dim], t) for m, t in down))
+            block.up = nn.Sequential(*(lower_resample(m, resolution[m.dim], t) for m, t in up))
         block.conv = make_conv(tactic, block.conv.kernel, resolution)
         block.tactic = tactic
         block.resample_tactics = {k: list(v) for k, v in rs.items()}
-    return lowered.eval()
+    return (carry_spectrum(lowered) if any(spectral) else lowered).eval()
+
+
+def spectrum_resample(static: StaticNet) -> list[dict[str, list[str]]]:
+    """The resampling tactics that carry the stream as its spectrum (:mod:`export.spectrum`)."""
+    return [{"down": [SPECTRUM], "up": [SPECTRUM]} for _ in static.blocks]

@@ -184,8 +184,10 @@ def tuning_summary(options: ExportOptions, network: dict | None) -> dict:
     if not options.tune:
         return {"by": "cost", "batches": None}
     out = {"by": "measured", "batches": list(options.batch), "threads": options.threads}
-    if network:
+    if network and "kept" in network:
         out.update(kept=network["kept"], regret=network.get("regret"), why=network["why"])
+    if network and "stream" in network:
+        out["stream"] = network["stream"]["kept"]
     return out
 
 

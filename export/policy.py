@@ -9,7 +9,9 @@ gets, in one place.
   networks at every batch, so a tuned export is never slower, as measured, than the best single
   tactic. With more than one batch the kept candidate is the one whose worst slowdown against the
   fastest at any measured batch is smallest (:func:`least_regret`): one graph serves every batch
-  (the batch axis is dynamic), so it is chosen for all of them;
+  (the batch axis is dynamic), so it is chosen for all of them. Last, where it applies,
+  :func:`fastest_stream`: the per-axis resampling against the stream carried as its spectrum
+  (:mod:`export.spectrum`), as whole networks, by the same rule;
 - forced (``--tactic``): one tactic everywhere.
 
 :func:`choose_lowering` applies the policy an export's options ask for and returns the evidence
@@ -27,9 +29,11 @@ from dnarch_deploy.operators import (
     resample_macs,
 )
 
-from .lowering import block_resolution, resample_axes
+from .lowering import block_resolution, resample_axes, spectrum_resample
+from .spectrum import why_not
 from .static import StaticNet
 from .tactics import TACTICS, conv_macs
+from .timing import progress
 from .tune import measure_resample, measure_tactics, time_networks
 
 if TYPE_CHECKING:
@@ -161,6 +165,36 @@ def fastest_network(
                                    "regret": regret(table, kept)}
 
 
+def fastest_stream(
+    static: StaticNet,
+    tactics: list[str],
+    resample: list[dict[str, list[str]]],
+    batch: list[int],
+    threads: int = 0,
+    repeats: int = 20,
+) -> tuple[list[dict[str, list[str]]], dict]:
+    """Per-axis resampling (``resample``) against the stream carried as its spectrum
+    (:mod:`export.spectrum`), both with ``tactics``, timed as whole networks at every batch; the
+    kept one is :func:`least_regret`'s, ties to per-axis. Returns the kept resampling tactics and
+    the evidence (``kept``, ``why``, ``ms_by_batch``); nothing is timed where the spectrum does not
+    apply."""
+    reason = why_not(static)
+    if reason is not None:
+        return resample, {"kept": "per-axis", "why": f"spectrum not timed: {reason}"}
+    spectral = spectrum_resample(static)
+    table = {}
+    for b in progress(batch, desc="tune stream"):
+        per_axis, spectrum = time_networks(static, [(tactics, resample), (tactics, spectral)],
+                                           resample, b, threads, repeats)
+        table[str(b)] = {"per-axis": per_axis["median_ms"], "spectrum": spectrum["median_ms"]}
+    kept = least_regret(table)
+    times = "; ".join(f"B={b} " + ", ".join(f"{k} {ms:.3f} ms" for k, ms in t.items())
+                      for b, t in table.items())
+    return (spectral if kept == "spectrum" else resample), {
+        "kept": kept, "ms_by_batch": table, "regret": regret(table, kept),
+        "why": f"smallest worst slowdown against the fastest at any batch: {times}"}
+
+
 # --- what an export asks for ----------------------------------------------------------------------
 
 
@@ -229,4 +263,8 @@ def choose_lowering(
                      for b in options.batch}
         tactics, network = fastest_network(static, tactics, resample, singles, options.batch,
                                            options.threads, options.repeats, extra)
+    if options.tune:
+        resample, stream = fastest_stream(static, tactics, resample, options.batch,
+                                          options.threads, options.repeats)
+        network = {**(network or {}), "stream": stream}
     return tactics, resample, evidence, network

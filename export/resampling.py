@@ -148,49 +148,19 @@ class FactoredResample(nn.Module):
         self.n2, self.n2_out, self.n1, self.m, self.k1, self.k1_out = n2, b, n1, m, k1, k1_out
         c = np.zeros(k1_out * b)
         c[:keep] = resample_bin_weights(n, size, None if mask is None else mask.double().numpy())
-        c = c.reshape(k1_out, b).T  # (k2', k1'): bin b k1' + k2'
-        j2, t1, q1 = np.arange(n2), np.arange(n1), np.arange(k1)
-        jb, qb, s1 = np.arange(b), np.arange(k1_out), np.arange(m)
-        f = np.exp(-2j * np.pi * (np.outer(j2, j2) % n2) / n2)  # (k2, t2)
-        # (2): (k2, t1, k1) = W_n^(t1 k2) W_N1^(t1 k1)
-        g = np.exp(-2j * np.pi * ((j2[:, None, None] * t1[None, :, None]) % n) / n) * np.exp(
-            -2j * np.pi * ((t1[None, :, None] * q1[None, None, :]) % n1) / n1)
-        # (3): (k2', k1', s1) = c W_size^(-k2' s1) W_M^(-k1' s1)
-        h = c[:, :, None] * np.exp(
-            2j * np.pi * ((jb[:, None, None] * s1[None, None, :]) % size) / size) * np.exp(
-            2j * np.pi * ((qb[None, :, None] * s1[None, None, :]) % m) / m)
-        e = np.exp(2j * np.pi * (np.outer(jb, jb) % b) / b)  # (s2, k2')
-        buffers = {
-            "w1": np.concatenate([f.real, f.imag], axis=0),  # (2 N2, N2): rows re | im
-            "w2": _complex_block(g),  # (N2, 2 N1, 2 K1)
-            "w3": _complex_block(h),  # (N2, 2 K1, 2 M)
-            "w4": np.concatenate([e.real, -e.imag], axis=1),  # (N2, 2 N2): Re of e @ (re + i im)
-        }
-        for name, value in buffers.items():
+        w1, w2 = forward_half_weights(n, n2, k1)
+        w3, w4 = inverse_half_weights(size, b, c)
+        for name, value in {"w1": w1, "w2": w2, "w3": w3, "w4": w4}.items():
             self.register_buffer(name, torch.from_numpy(np.ascontiguousarray(value)).to(dtype))
 
     def forward(self, x: Tensor) -> Tensor:
         if self.dim == -2:
             x = x.transpose(-1, -2)
         lead = x.shape[:-1]
-        n1, n2, m = self.n1, self.n2, self.m
-        a = x.reshape(-1, n2, n1).transpose(0, 1).reshape(n2, -1)  # (t2, lines t1)
-        a = torch.matmul(self.w1, a)  # (1): (2 k2, lines t1) = re | im
-        a = a.reshape(2, n2, -1, n1).permute(1, 2, 0, 3).reshape(n2, -1, 2 * n1)
-        z = torch.matmul(a, self.w2)  # (2): (k2, lines, re | im k1)
-        b = self.n2_out
-        if b != n2:  # the spectrum in natural order k = N2 k1 + k2, then split by N2'
-            k1, k1_out = self.k1, self.k1_out
-            z = z.reshape(n2, -1, 2, k1).permute(1, 2, 3, 0).reshape(-1, 2, k1 * n2)
-            if k1_out * b > k1 * n2:
-                z = F.pad(z, (0, k1_out * b - k1 * n2))
-            elif k1_out * b < k1 * n2:  # bins from keep on carry no weight: cut
-                z = z[..., : k1_out * b]
-            z = z.reshape(-1, 2, k1_out, b).permute(3, 0, 1, 2).reshape(b, -1, 2 * k1_out)
-        z = torch.matmul(z, self.w3)  # (3): (k2', lines, re | im s1)
-        z = z.reshape(b, -1, 2, m).permute(2, 0, 1, 3).reshape(2 * b, -1)  # (re | im k2', ...)
-        y = torch.matmul(self.w4, z)  # (4): (s2, lines s1)
-        y = y.reshape(b, -1, m).transpose(0, 1).reshape(*lead, self.sizes[1])
+        z = forward_half(x, self.w1, self.w2)  # (k2, lines, re | im k1)
+        if self.n2_out != self.n2:  # the spectrum in natural order, then split by N2'
+            z = from_natural_order(to_natural_order(z), self.k1_out * self.n2_out, self.n2_out)
+        y = inverse_half(z, self.w3, self.w4).reshape(*lead, self.sizes[1])
         return y.transpose(-1, -2) if self.dim == -2 else y
 
     def macs(self) -> int:
@@ -200,6 +170,77 @@ class FactoredResample(nn.Module):
     def extra_repr(self) -> str:
         return (f"{self.sizes[0]} -> {self.sizes[1]} along dim {self.dim}, "
                 f"N2={self.n2}, N2'={self.n2_out}, N1={self.n1}, M={self.m}, K1={self.k1}")
+
+
+# --- the two halves of the four-step form (shared with export.spectrum) --------------------------
+
+
+def forward_half_weights(n: int, n2: int, k1: int, weights: np.ndarray | None = None
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """(w1, w2) of steps (1) and (2) of :class:`FactoredResample`: the DFT of n samples split by N2
+    (t = t1 + N1 t2, k = N2 k1 + k2), bins k1 < ``k1``; ``weights`` (K1 N2 real values, by bin)
+    scale the bins."""
+    n1 = n // n2
+    j2, t1, q1 = np.arange(n2), np.arange(n1), np.arange(k1)
+    f = np.exp(-2j * np.pi * (np.outer(j2, j2) % n2) / n2)  # (k2, t2)
+    # (2): (k2, t1, k1) = W_n^(t1 k2) W_N1^(t1 k1)
+    g = np.exp(-2j * np.pi * ((j2[:, None, None] * t1[None, :, None]) % n) / n) * np.exp(
+        -2j * np.pi * ((t1[None, :, None] * q1[None, None, :]) % n1) / n1)
+    if weights is not None:
+        g = g * np.asarray(weights).reshape(k1, n2).T[:, None, :]
+    # (2 N2, N2): rows re | im; (N2, 2 N1, 2 K1)
+    return np.concatenate([f.real, f.imag], axis=0), _complex_block(g)
+
+
+def inverse_half_weights(size: int, b: int, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(w3, w4) of steps (3) and (4) of :class:`FactoredResample`: ``size`` samples from the bins
+    k = b k1' + k2' (k1' < len(c) / b) weighted by ``c`` (the bin weights, by bin), split by b
+    (s = s1 + M s2)."""
+    k1_out, m = len(c) // b, size // b
+    c = np.asarray(c).reshape(k1_out, b).T  # (k2', k1'): bin b k1' + k2'
+    jb, qb, s1 = np.arange(b), np.arange(k1_out), np.arange(m)
+    # (3): (k2', k1', s1) = c W_size^(-k2' s1) W_M^(-k1' s1)
+    h = c[:, :, None] * np.exp(
+        2j * np.pi * ((jb[:, None, None] * s1[None, None, :]) % size) / size) * np.exp(
+        2j * np.pi * ((qb[None, :, None] * s1[None, None, :]) % m) / m)
+    e = np.exp(2j * np.pi * (np.outer(jb, jb) % b) / b)  # (s2, k2')
+    # (N2', 2 K1', 2 M); (N2', 2 N2'): Re of e @ (re + i im)
+    return _complex_block(h), np.concatenate([e.real, -e.imag], axis=1)
+
+
+def forward_half(x: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
+    """Steps (1), (2) on lines of n samples (..., n) -> (N2, lines, re | im K1)."""
+    n2, n1 = w1.shape[1], w2.shape[1] // 2
+    a = x.reshape(-1, n2, n1).transpose(0, 1).reshape(n2, -1)  # (t2, lines t1)
+    a = torch.matmul(w1, a)  # (1): (2 k2, lines t1) = re | im
+    a = a.reshape(2, n2, -1, n1).permute(1, 2, 0, 3).reshape(n2, -1, 2 * n1)
+    return torch.matmul(a, w2)  # (2): (k2, lines, re | im k1)
+
+
+def to_natural_order(z: Tensor) -> Tensor:
+    """(N2, lines, re | im K1) -> (lines, 2, K1 N2): bin k = N2 k1 + k2 at position k."""
+    n2, k1 = z.shape[0], z.shape[-1] // 2
+    return z.reshape(n2, -1, 2, k1).permute(1, 2, 3, 0).reshape(-1, 2, k1 * n2)
+
+
+def from_natural_order(z: Tensor, bins: int, b: int) -> Tensor:
+    """(lines, 2, k) in natural order, padded with zeros or cut to ``bins`` (a multiple of b; the
+    bins cut carry no weight) -> (b, lines, re | im bins / b), bin b k1' + k2' at [k2', :, k1']."""
+    have = z.shape[-1]
+    if bins > have:
+        z = F.pad(z, (0, bins - have))
+    elif bins < have:
+        z = z[..., :bins]
+    return z.reshape(-1, 2, bins // b, b).permute(3, 0, 1, 2).reshape(b, -1, 2 * (bins // b))
+
+
+def inverse_half(z: Tensor, w3: Tensor, w4: Tensor) -> Tensor:
+    """Steps (3), (4): (N2', lines, re | im K1') -> (lines, size)."""
+    b, m = w3.shape[0], w3.shape[2] // 2
+    z = torch.matmul(z, w3)  # (3): (k2', lines, re | im s1)
+    z = z.reshape(b, -1, 2, m).permute(2, 0, 1, 3).reshape(2 * b, -1)  # (re | im k2', ...)
+    y = torch.matmul(w4, z)  # (4): (s2, lines s1)
+    return y.reshape(b, -1, m).transpose(0, 1).reshape(-1, b * m)
 
 
 def _complex_block(w: np.ndarray) -> np.ndarray:

@@ -92,6 +92,7 @@ class Encoder(nn.Module):
         self.register_buffer("bias", bias)  # (s,); unused for tokens (folded into the table)
         # input_norm="sample": each sample standardised first (not a fixed affine map)
         self.register_buffer("sample_eps", sample_eps)
+        self.spectrum: nn.Module | None = None  # set by export.spectrum.carry_spectrum
 
     def forward(self, x: Tensor) -> Tensor:
         if self.sample_eps is not None:
@@ -101,7 +102,8 @@ class Encoder(nn.Module):
             h = h.permute(0, h.dim() - 1, *range(1, h.dim() - 1))  # (B, s, *S)
         else:
             h = pointwise(x, self.weight) + self.bias.view(-1, *[1] * (x.dim() - 2))
-        return F.gelu(h)
+        h = F.gelu(h)
+        return h if self.spectrum is None else self.spectrum(h)
 
 
 class StaticBlock(nn.Module):
@@ -152,8 +154,11 @@ class Decoder(nn.Module):
         self.dense = dense
         self.register_buffer("weight", weight)  # (C_out, s)
         self.register_buffer("bias", bias)  # (C_out,)
+        self.spectrum: nn.Module | None = None  # set by export.spectrum.carry_spectrum
 
     def forward(self, h: Tensor) -> Tensor:
+        if self.spectrum is not None:  # the stream as its spectrum: its mean from DC
+            h = self.spectrum(h)
         if self.dense:
             return pointwise(h, self.weight) + self.bias.view(-1, *[1] * (h.dim() - 2))
         return F.linear(h.flatten(2).mean(-1), self.weight, self.bias)  # (B, C_out)

@@ -100,15 +100,16 @@ def measure_tactics(
 
 def time_networks(
     static: StaticNet,
-    candidates: list[list[str]],
+    candidates: list[list[str] | tuple[list[str], list[dict[str, list[str]]]]],
     resample: list[dict[str, list[str]]],
     batch: int = 1,
     threads: int = 0,
     repeats: int = 20,
 ) -> list[dict[str, float]]:
-    """Per candidate tactic assignment: the whole network lowered with it (and ``resample``),
-    exported as the pipeline exports it (batch dynamic) and timed side by side in onnxruntime
-    (export.timing.measure: round-robin, medians) on the same random input of ``batch`` samples."""
+    """Per candidate tactic assignment (or a (tactics, resampling tactics) pair): the whole network
+    lowered with it (and ``resample``), exported as the pipeline exports it (batch dynamic) and
+    timed side by side in onnxruntime (export.timing.measure: round-robin, medians) on the same
+    random input of ``batch`` samples."""
     spec = static.spec
     shape = [batch if d is None else d for d in spec["input_shape"]]
     if spec["input_dtype"] == "int64":
@@ -116,8 +117,9 @@ def time_networks(
     else:
         example = torch.randn(shape)
     fns = []
-    for tactics in progress(candidates, desc="tune whole network"):
-        model = to_onnx(lower(static, tactics, resample), (example,))
+    for candidate in progress(candidates, desc="tune whole network"):
+        tactics, rs = candidate if isinstance(candidate, tuple) else (candidate, resample)
+        model = to_onnx(lower(static, tactics, rs), (example,))
         feeds = random_feeds(model, batch, spec["vocab_size"])
         fns.append(runner(session(model, threads), feeds))
     return measure(fns, repeats)

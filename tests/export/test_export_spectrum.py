@@ -1,0 +1,193 @@
+"""The stream carried as its spectrum (export.spectrum): each half against the DFT's closed form,
+whole networks against the static module (float64) and the trained model (onnxruntime), the
+theoretical MACs of what runs, where it applies, and the measured choice (export.policy)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from dnarch_deploy.operators import half_macs, spectrum_form, spectrum_macs
+from export import policy, tune
+from export.bench import theoretical_costs
+from export.emit import to_onnx
+from export.lowering import lower, spectrum_resample
+from export.policy import cheapest, resample_tactics_by_cost, tactic_costs
+from export.spectrum import SPECTRUM, FromSpectrum, ToSpectrum, carry_spectrum, why_not
+from export.static import freeze, materialize
+from export.timing import session
+
+from .export_cases import random_input, random_model
+
+# (length, bins): dense and four-step halves, odd and even lengths, one bin to all of them
+HALVES = [(8, 5), (9, 5), (60, 3), (540, 271), (375, 188), (1024, 100), (97, 40), (1, 1)]
+
+
+@pytest.mark.parametrize(("length", "bins"), HALVES)
+def test_to_spectrum_is_the_weighted_dft(length, bins):
+    rng = np.random.default_rng(length)
+    x = rng.standard_normal((3, 2, length))
+    w = rng.uniform(0.5, 2, bins)
+    module = ToSpectrum(length, bins, w, out_bins=bins + 4, dtype=torch.float64)
+    out = module(torch.from_numpy(x)).numpy()  # (3, 2, re | im, bins + 4)
+    spectrum = np.fft.fft(x, axis=-1)[..., :bins] * w
+    assert out.shape == (3, 2, 2, bins + 4)
+    np.testing.assert_allclose(out[..., 0, :bins], spectrum.real, atol=1e-10 * length)
+    np.testing.assert_allclose(out[..., 1, :bins], spectrum.imag, atol=1e-10 * length)
+    assert not out[..., bins:].any()  # the padding bins are zero
+    assert module.form == spectrum_form(length, bins)[0]
+    assert module.macs() == spectrum_macs(length, bins)
+
+
+@pytest.mark.parametrize(("length", "bins"), HALVES)
+def test_from_spectrum_is_the_weighted_inverse(length, bins):
+    rng = np.random.default_rng(length + 1)
+    spectrum = rng.standard_normal((3, 2, 2, bins + 3))  # more bins than it reads
+    c = rng.uniform(0.5, 2, bins)
+    module = FromSpectrum(length, c, dtype=torch.float64)
+    out = module(torch.from_numpy(spectrum)).numpy()
+    k, s = np.arange(bins), np.arange(length)
+    phase = np.exp(2j * np.pi * np.outer(k, s) / length)
+    x = spectrum[..., 0, :bins] + 1j * spectrum[..., 1, :bins]
+    expected = ((x * c) @ phase).real
+    np.testing.assert_allclose(out, expected, atol=1e-10 * bins)
+
+
+def test_halves_choose_the_four_step_form_on_long_lines():
+    assert spectrum_form(540, 271) == ("factored", spectrum_form(540, 271)[1])
+    assert spectrum_form(8, 5) == ("dense", 1)
+    form, d = spectrum_form(1024, 513)
+    assert form == "factored" and 1024 % d == 0
+    assert spectrum_macs(1024, 513) == half_macs(1024, 513, d) == 2 * d * 1024 + 4 * 1024 * -(
+        -513 // d)
+    assert spectrum_macs(8, 5) == 2 * 8 * 5
+
+
+# random 1-D networks whose every block crops (short and long axes, tokens, per-sample norm)
+SEEDS = [(5, False), (6, False), (26, False), (58, False),
+         (10, True), (11, True), (21, True), (25, True), (35, True)]
+
+
+@pytest.mark.parametrize(("seed", "long"), SEEDS)
+def test_stream_as_spectrum_computes_the_static_network(seed, long):
+    model = random_model(seed, long=long)
+    static = materialize(model, freeze(model))
+    assert why_not(static) is None
+    tactics = cheapest(tactic_costs(static))
+    spectral = lower(static, tactics, spectrum_resample(static))
+    assert all(b.resample_tactics == {"down": [SPECTRUM], "up": [SPECTRUM]}
+               for b in spectral.blocks)
+    x = random_input(model, 3, seed=seed)
+    # the same linear maps reordered: float64 rounding only
+    exact = carry_spectrum(static, dtype=torch.float64).double()
+    x64 = x if model.config.vocab_size else x.double()
+    with torch.no_grad():
+        ref, out = static.double()(x64), exact(x64)
+    assert float((out - ref).abs().max() / ref.abs().max()) < 1e-10
+    # and in onnxruntime, float32, against the trained model
+    graph = to_onnx(spectral.float(), (x,))
+    y = session(graph).run(None, {graph.graph.input[0].name: x.numpy()})[0]
+    with torch.no_grad():
+        trained = model(x).double().numpy()
+    assert np.abs(y - trained).max() / np.abs(trained).max() < 1e-4
+
+
+def test_theoretical_macs_count_the_spectral_halves():
+    model = random_model(21, long=True)  # three blocks at 72, 72 and 576 samples of 1361
+    static = materialize(model, freeze(model))
+    tactics = cheapest(tactic_costs(static))
+    per_axis = theoretical_costs(lower(static, tactics, resample_tactics_by_cost(static)))
+    spectral = theoretical_costs(lower(static, tactics, spectrum_resample(static)))
+    length = 1361
+    resolutions = [int(b.bias1.shape[-1]) for b in static.blocks]
+    bins = max(r // 2 + 1 for r in resolutions)
+    stream = static.decoder.weight.shape[1]
+    assert spectral["encoder"]["theoretical"] - per_axis["encoder"]["theoretical"] == (
+        stream * spectrum_macs(length, bins))
+    for i, (block, r) in enumerate(zip(static.blocks, resolutions)):
+        axis = lower(static, tactics, resample_tactics_by_cost(static)).blocks[i]
+        resampling = block.n_in * axis.down[0].macs() + block.n_out * axis.up[0].macs()
+        spectral_resampling = (block.n_in * spectrum_macs(r, r // 2 + 1)
+                               + block.n_out * spectrum_macs(r, r // 2 + 1))
+        add = block.n_out * (2 * bins - length)  # the residual add over 2 K values, not L
+        assert spectral[f"blocks.{i}"]["theoretical"] - per_axis[f"blocks.{i}"]["theoretical"] == (
+            pytest.approx(spectral_resampling - resampling + add))
+    # the decoder's mean is read from DC: no pooling over L
+    assert per_axis["decoder"]["theoretical"] - spectral["decoder"]["theoretical"] == (
+        stream * (length - 1))
+
+
+@pytest.mark.parametrize(("seed", "long", "reason"), [
+    (17, False, "a block computes at the input's full resolution"),
+    (0, False, "the decoder is dense (an output per position)"),
+    (3, False, "the input is not 1-D"),
+])
+def test_networks_it_does_not_apply_to_are_refused(seed, long, reason):
+    model = random_model(seed, long=long)
+    static = materialize(model, freeze(model))
+    assert why_not(static) == reason
+    with pytest.raises(ValueError, match=re.escape(f"cannot be carried as its spectrum: {reason}")):
+        carry_spectrum(static)
+
+
+def test_spectrum_is_for_every_block_or_none():
+    model = random_model(10, long=True)  # two blocks
+    static = materialize(model, freeze(model))
+    mixed = resample_tactics_by_cost(static)[:1] + spectrum_resample(static)[1:]
+    with pytest.raises(ValueError, match="'spectrum' resampling is for every axis of every block"):
+        lower(static, ["direct"] * 2, mixed)
+
+
+@pytest.mark.parametrize(("medians", "kept"), [
+    ([[2.0, 1.0], [30.0, 20.0]], "spectrum"),
+    ([[1.0, 1.0], [20.0, 20.0]], "per-axis"),  # a tie keeps the per-axis resampling
+    ([[1.0, 2.0], [30.0, 20.0]], "per-axis"),  # 2x slower at B=1 against 1.5x at B=32
+])
+def test_the_stream_form_is_chosen_by_measured_whole_networks(monkeypatch, medians, kept):
+    model = random_model(58)
+    static = materialize(model, freeze(model))
+    runs = iter(medians)
+    calls = []
+
+    def measure(fns, repeats=20, **kwargs):
+        calls.append(len(fns))
+        return [{"median_ms": m, "min_ms": m} for m, _ in zip(next(runs), fns, strict=True)]
+
+    monkeypatch.setattr(tune, "measure", measure)
+    per_axis = resample_tactics_by_cost(static)
+    resample, evidence = policy.fastest_stream(static, ["direct"], per_axis, [1, 32], 1, 3)
+    assert calls == [2, 2]  # both networks, side by side, at each batch
+    assert evidence["kept"] == kept
+    assert evidence["ms_by_batch"] == {"1": dict(zip(["per-axis", "spectrum"], medians[0])),
+                                       "32": dict(zip(["per-axis", "spectrum"], medians[1]))}
+    assert resample == (spectrum_resample(static) if kept == "spectrum" else per_axis)
+
+
+def test_the_stream_form_is_not_timed_where_it_does_not_apply(monkeypatch):
+    model = random_model(17)
+    static = materialize(model, freeze(model))
+    monkeypatch.setattr(tune, "measure", lambda *a, **k: pytest.fail("nothing may be timed"))
+    per_axis = resample_tactics_by_cost(static)
+    resample, evidence = policy.fastest_stream(static, ["direct"] * len(static.blocks), per_axis,
+                                               [1, 32])
+    assert resample == per_axis
+    assert evidence == {"kept": "per-axis", "why": "spectrum not timed: a block computes at the "
+                                                   "input's full resolution"}
+
+
+def test_the_spectral_stream_touches_fewer_samples():
+    """The point of it: per block, two transforms of R samples instead of two resamplings through
+    L; on a long axis with heavy cropping the whole network does a fraction of the MACs."""
+    model = random_model(51, long=True)  # two blocks at 80 of 1522 samples
+    static = materialize(model, freeze(model))
+    tactics = cheapest(tactic_costs(static))
+    per_axis = sum(v["theoretical"] for v in theoretical_costs(
+        lower(static, tactics, resample_tactics_by_cost(static))).values())
+    spectral = sum(v["theoretical"] for v in theoretical_costs(
+        lower(static, tactics, spectrum_resample(static))).values())
+    assert spectral < 0.5 * per_axis
+    assert math.isfinite(spectral)
