@@ -1,6 +1,7 @@
 """Export speed: the exported network in onnxruntime against the trained model and the static
 module in eager PyTorch, at a small and a large batch and 1 and 2 threads; the tactic mix against
-single tactics; the MatMul FFT forms against torch.fft; achieved GFLOP/s against a MatMul ceiling
+single tactics; the stream carried as its spectrum (export.spectrum) against per-axis resampling;
+the MatMul FFT forms against torch.fft; achieved GFLOP/s against a MatMul ceiling
 measured in the same run; measured latency ratios against theory.
 
 Networks:
@@ -253,16 +254,17 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
         "trained = the masked trained model, static = the static module, both eager PyTorch; "
         "x = how many times faster onnxruntime is.",
         "",
-        f"| network | L | threads | blocks | tactics (tuned) | theoretical MMAC | "
+        f"| network | L | threads | blocks | tactics (tuned) | stream | theoretical MMAC | "
         f"search cost MMAC | "
         f"ORT B={small} | trained B={small} | static B={small} | ORT B={large} | "
         f"trained B={large} | static B={large} | GFLOP/s B={small} / B={large} / MatMul "
         f"ceiling |",
-        "| " + " | ".join(["---"] * 14) + " |",
+        "| " + " | ".join(["---"] * 15) + " |",
     ]
     for r in nets:
         cells = [f"{r['network']} ({r['state']})" if r["state"] else r["network"], str(r["length"]),
                  str(r["threads"]), str(r["blocks"]), " ".join(r["tactics"]),
+                 r["whole_network"]["stream"]["kept"],
                  f"{r['theoretical'] / 1e6:.2f}", f"{r['paper'] / 1e6:.2f}"]
         for b in (small, large):
             ort = r[f"ort_{b}"]
@@ -288,14 +290,16 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
                          f"{r['single_mix']:.3f} | "
                          + " | ".join(_ms(r, f"single_{t}") for t in TACTICS)
                          + f" | {_ms(r, 'single_dense_resample')} | {ratio:.3f} |")
-    lines += ["", "Whole-network tuning (export.policy.fastest_network; ms per batch):", ""]
+    lines += ["", "Whole-network tuning (export.policy.fastest_network, then fastest_stream; "
+              "ms per batch):", ""]
     for r in nets:
         wn = r["whole_network"]
         timed = "; ".join(
             f"{c['name']} " + ", ".join(f"B={b} {ms:.3f}" for b, ms in c["ms_by_batch"].items())
             for c in wn["candidates"] if "ms_by_batch" in c)
         lines.append(f"- {r['network']} {r['state']} L={r['length']} {r['threads']} thread(s): "
-                     f"{timed or 'nothing timed'}; kept {wn['kept']}")
+                     f"{timed or 'nothing timed'}; kept {wn['kept']}; stream: "
+                     f"{wn['stream']['why']}, kept {wn['stream']['kept']}")
     fft_ratios = []
     if convs:
         lines += ["", f"One depthwise convolution, batch 1, {convs[0]['threads']} thread(s): "
