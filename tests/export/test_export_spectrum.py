@@ -191,3 +191,30 @@ def test_the_spectral_stream_touches_fewer_samples():
         lower(static, tactics, spectrum_resample(static))).values())
     assert spectral < 0.5 * per_axis
     assert math.isfinite(spectral)
+
+
+def test_an_export_that_keeps_the_spectrum_ships_it_and_verifies(monkeypatch, tmp_path):
+    """Injected timings make the spectrum the faster whole network: the export lowers it, records
+    why in architecture.json and report.json, and every artifact still equals the trained model."""
+    import json
+
+    from export.pipeline import ExportOptions, export_model
+
+    from .test_export_pipeline import fake_task
+    from .test_export_whole_network import injected
+
+    monkeypatch.setattr(policy, "measure_tactics", lambda static, *args: [
+        {"direct": {"median_ms": 1.0, "min_ms": 1.0}} for _ in static.blocks])
+    monkeypatch.setattr(tune, "measure", injected()[0])  # the last candidate is the fastest
+    model = random_model(58)
+    options = ExportOptions(bench=False, torchscript=False, batch_size=16, repeats=2)
+    report = export_model(model, fake_task(model), tmp_path, options)
+    arch = json.loads((tmp_path / "architecture.json").read_text())
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert [b["resample_tactics"] for b in arch["blocks"]] == [
+        {"down": [SPECTRUM], "up": [SPECTRUM]}]
+    stream = arch["whole_network"]["stream"]
+    assert stream == saved["whole_network"]["stream"] == report["whole_network"]["stream"]
+    assert stream["kept"] == "spectrum" == saved["tuning"]["stream"]
+    assert set(stream["ms_by_batch"]) == {"1", "32"}
+    assert all(err["max_rel"] <= 1e-4 for err in saved["equivalence"].values())
