@@ -44,6 +44,7 @@ import math
 import os
 import platform
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +93,7 @@ class Options:
     singles: bool = True  # also time every single tactic for all blocks (batch 1, first threads)
     quick: bool = False  # L=256 (or the runs only), 1 thread, batches 1 and 4, 5 repetitions;
     # nothing written
+    out: str = str(RESULTS)  # where the report is written
 
     def ints(self, name: str) -> list[int]:
         return [int(v) for v in getattr(self, name).split(",") if v.strip()]
@@ -351,12 +353,28 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
     return "\n".join(lines) + "\n"
 
 
+def writable(path: Path) -> bool:
+    """Whether a file can be written at ``path`` (its folder created if needed): tried with a
+    temporary file beside it, which is removed."""
+    if path.is_dir():
+        return False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent):
+            return True
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_fields(p, Options)
     opt = Options(**vars(p.parse_args(argv)))
     opt.run_dir = opt.run_dir or []
+    out = Path(opt.out)
+    if not opt.quick and not writable(out):
+        p.error(f"--out {out}: not a writable file path")  # before any work, not after it
     if opt.quick:  # with run directories: those alone
         opt.lengths = "" if opt.run_dir else "256"
         opt.threads, opt.batch, opt.repeats = "1", "1,4", 5
@@ -378,9 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     text = report(opt, nets, convs, (before, os.getloadavg()[0]), argv)
     print(text)
     if not opt.quick:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(text)
-        print(f"wrote {RESULTS}", file=sys.stderr)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
