@@ -72,7 +72,7 @@ def theoretical_costs(
     # the stream as its spectrum (export.spectrum): one transform after the encoder, residual adds
     # over 2 K values, the decoder's mean read from DC
     spectrum = enc.spectrum
-    stream_length = length if spectrum is None else spectrum.sizes[1]
+    stream_length = length if spectrum is None else 2 * spectrum.out_bins
     out: dict[str, dict[str, float]] = {}
     out["encoder"] = {
         "theoretical": float(linear_cost(length, c_in, stream) + pointwise_cost(length, stream)

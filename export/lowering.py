@@ -13,7 +13,7 @@ import copy
 from torch import nn
 
 from .resampling import lower_resample
-from .spectrum import SPECTRUM, carry_spectrum
+from .spectrum import SPECTRUM, carry_spectrum, why_not
 from .static import StaticBlock, StaticNet
 from .tactics import make_conv
 
@@ -50,6 +50,8 @@ def lower(static: StaticNet, tactics: list[str],
     if len(resample) != len(static.blocks):
         raise ValueError(f"{len(resample)} resampling tactics for {len(static.blocks)} blocks")
     spectral = [SPECTRUM in t for rs in resample for t in rs.values()]
+    if any(spectral) and why_not(static) is not None:
+        raise ValueError(f"the stream cannot be carried as its spectrum: {why_not(static)}")
     if any(spectral) and not all(spectral):
         raise ValueError(f"{SPECTRUM!r} resampling is for every axis of every block or none")
     lowered = copy.deepcopy(static)
@@ -64,7 +66,9 @@ def lower(static: StaticNet, tactics: list[str],
         block.conv = make_conv(tactic, block.conv.kernel, resolution)
         block.tactic = tactic
         block.resample_tactics = {k: list(v) for k, v in rs.items()}
-    return (carry_spectrum(lowered) if any(spectral) else lowered).eval()
+    if any(spectral):
+        lowered = carry_spectrum(lowered, dtype=static.decoder.weight.dtype)
+    return lowered.eval()
 
 
 def spectrum_resample(static: StaticNet) -> list[dict[str, list[str]]]:

@@ -180,7 +180,8 @@ def export_model(
 def tuning_summary(options: ExportOptions, network: dict | None) -> dict:
     """report.json ``tuning``: how the tactics were chosen and for which batches."""
     if options.tactic is not None:
-        return {"by": "forced", "batches": None, "tactic": options.tactic}
+        forced = {"by": "forced", "batches": None, "tactic": options.tactic}
+        return {**forced, "stream": network["stream"]["kept"]} if network else forced
     if not options.tune:
         return {"by": "cost", "batches": None}
     out = {"by": "measured", "batches": list(options.batch), "threads": options.threads}

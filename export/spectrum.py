@@ -44,7 +44,7 @@ from .resampling import (
     resample_bin_weights,
     to_natural_order,
 )
-from .static import StaticNet
+from .static import Resample, StaticNet
 
 SPECTRUM = "spectrum"  # the resampling tactic of every axis of a network lowered this way
 
@@ -161,8 +161,13 @@ def why_not(static: StaticNet) -> str | None:
         return "the decoder is dense (an output per position)"
     if not static.blocks:
         return "the network has no blocks"
+    length = static.spec["spatial"][0]
     if any(len(b.down) != 1 or len(b.up) != 1 for b in static.blocks):
         return "a block computes at the input's full resolution"
+    if not all(isinstance(m, Resample) for b in static.blocks for m in (*b.down, *b.up)):
+        return "its resampling is already lowered per axis"
+    if any(b.down[0].size != b.bias1.shape[-1] or b.up[0].size != length for b in static.blocks):
+        return "a block's resampling does not go from the input to its resolution and back"
     return None
 
 
@@ -187,6 +192,8 @@ def carry_spectrum(lowered: StaticNet, dtype: torch.dtype = torch.float32) -> St
         d[0] = up[0] * length
         block.down = nn.Sequential(FromSpectrum(resolution, c, dtype))
         block.up = nn.Sequential(ToSpectrum(resolution, keep, d, bins, dtype))
+        # what architecture.json records per axis: the resampling each half stands for
+        block.down[0].sizes, block.up[0].sizes = (length, resolution), (resolution, length)
         block.resample_tactics = {"down": [SPECTRUM], "up": [SPECTRUM]}
     net.decoder.spectrum = SpectrumMean(length)
     return net.eval()

@@ -18,7 +18,16 @@ from export.emit import to_onnx
 from export.lowering import lower, spectrum_resample
 from export.policy import cheapest, resample_tactics_by_cost, tactic_costs
 from export.spectrum import SPECTRUM, FromSpectrum, ToSpectrum, carry_spectrum, why_not
-from export.static import freeze, materialize
+from export.static import (
+    Decoder,
+    Encoder,
+    Resample,
+    SpectralConv,
+    StaticBlock,
+    StaticNet,
+    freeze,
+    materialize,
+)
 from export.timing import session
 
 from .export_cases import random_input, random_model
@@ -58,7 +67,7 @@ def test_from_spectrum_is_the_weighted_inverse(length, bins):
 
 
 def test_halves_choose_the_four_step_form_on_long_lines():
-    assert spectrum_form(540, 271) == ("factored", spectrum_form(540, 271)[1])
+    assert spectrum_form(540, 271)[0] == "factored"
     assert spectrum_form(8, 5) == ("dense", 1)
     form, d = spectrum_form(1024, 513)
     assert form == "factored" and 1024 % d == 0
@@ -94,6 +103,43 @@ def test_stream_as_spectrum_computes_the_static_network(seed, long):
     with torch.no_grad():
         trained = model(x).double().numpy()
     assert np.abs(y - trained).max() / np.abs(trained).max() < 1e-4
+
+
+def tiny_net(length: int, resolutions: list[int]) -> StaticNet:
+    """A hand-built float64 static network, one block per resolution (stream 3, n_in = n_out = 2),
+    random weights and resolution-mask values."""
+    g = torch.Generator().manual_seed(length)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    blocks = [StaticBlock(i, 3, [Resample(r, -1, torch.rand(r // 2 + 1, generator=g,
+                                                            dtype=torch.float64))],
+                          SpectralConv(rand(2, max(1, r - 1))), rand(4, 2), rand(4, r), rand(2, 4),
+                          rand(2), [Resample(length, -1)])
+              for i, r in enumerate(resolutions)]
+    encoder = Encoder(rand(3, 2), rand(3), tokens=False)
+    decoder = Decoder(rand(5, 3), rand(5), dense=False)
+    return StaticNet(encoder, blocks, decoder, {"spatial": [length]}).eval()
+
+
+@pytest.mark.parametrize("length", [3, 4, 5, 8, 9, 16, 17])
+def test_nyquist_and_mirror_edge_cases_are_exact(length):
+    """R = 1 and 2 (one or two bins), R = L - 1 and L - 2 (an even and an odd resolution next to
+    L: the mirror image of every carried bin must land beyond K), mixed in one network."""
+    for resolutions in ([1], [2], [length - 1], [max(1, length - 2)], [2, length - 1, length // 2]):
+        net = tiny_net(length, resolutions)
+        x = torch.randn(4, 2, length, dtype=torch.float64)
+        with torch.no_grad():
+            ref, out = net(x), carry_spectrum(net, dtype=torch.float64)(x)
+        assert float((out - ref).abs().max() / ref.abs().max()) < 1e-10, resolutions
+
+
+def test_architecture_records_the_resampling_each_half_stands_for():
+    net = carry_spectrum(tiny_net(16, [2, 9]))
+    assert [(b.down[0].sizes, b.up[0].sizes) for b in net.blocks] == [
+        ((16, 2), (2, 16)), ((16, 9), (9, 16))]
+    assert why_not(net) == "its resampling is already lowered per axis"
 
 
 def test_theoretical_macs_count_the_spectral_halves():
@@ -218,3 +264,21 @@ def test_an_export_that_keeps_the_spectrum_ships_it_and_verifies(monkeypatch, tm
     assert stream["kept"] == "spectrum" == saved["tuning"]["stream"]
     assert set(stream["ms_by_batch"]) == {"1", "32"}
     assert all(err["max_rel"] <= 1e-4 for err in saved["equivalence"].values())
+
+
+def test_lowering_a_network_it_does_not_apply_to_says_why():
+    model = random_model(17)  # a full-resolution block
+    static = materialize(model, freeze(model))
+    with pytest.raises(ValueError, match="cannot be carried as its spectrum: a block computes at "
+                                         "the input's full resolution"):
+        lower(static, ["direct"] * len(static.blocks), spectrum_resample(static))
+
+
+def test_the_report_says_which_stream_form_a_forced_tactic_shipped():
+    from export.pipeline import ExportOptions, tuning_summary
+
+    network = {"stream": {"kept": "spectrum", "why": "..."}}
+    assert tuning_summary(ExportOptions(tactic="direct"), network) == {
+        "by": "forced", "batches": None, "tactic": "direct", "stream": "spectrum"}
+    assert tuning_summary(ExportOptions(tactic="direct", tune=False), None) == {
+        "by": "forced", "batches": None, "tactic": "direct"}
