@@ -227,7 +227,8 @@ def deployment_view(run: Path, key: str, wide: bool) -> None:
             help="as exported: MACs of the operators this export lowered to, at the tactics it "
                  "chose; search's cost model: the same operators at the tactics export picks by "
                  "cost, the figure the budget constrained (they differ only where tuning by "
-                 "measured latency chose another tactic)")
+                 "measured latency chose another tactic, or carried a 1-D stream as its "
+                 "spectrum)")
         frame = data.latency_frame(report, batch, cost)
         total = frame.iloc[-1]
         a, b, c = st.columns(3)
