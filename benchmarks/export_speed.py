@@ -44,7 +44,6 @@ import math
 import os
 import platform
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +59,7 @@ from dnarch_deploy.spectral import fft_conv
 from export.bench import theoretical_costs
 from export.calibration import calibrate, task_batches
 from export.emit import to_onnx
+from export.latency_table import writable
 from export.lowering import lower
 from export.pipeline import ExportOptions
 from export.policy import choose_lowering
@@ -353,19 +353,6 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
     return "\n".join(lines) + "\n"
 
 
-def writable(path: Path) -> bool:
-    """Whether a file can be written at ``path`` (its folder created if needed): tried with a
-    temporary file beside it, which is removed."""
-    if path.is_dir():
-        return False
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent):
-            return True
-    except OSError:
-        return False
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -373,8 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     opt = Options(**vars(p.parse_args(argv)))
     opt.run_dir = opt.run_dir or []
     out = Path(opt.out)
-    if not opt.quick and not writable(out):
-        p.error(f"--out {out}: not a writable file path")  # before any work, not after it
+    if not opt.quick:
+        try:  # before any work, not after it
+            writable(out)
+        except OSError as e:
+            p.error(f"--out {out}: cannot write a report there ({e.strerror or e})")
     if opt.quick:  # with run directories: those alone
         opt.lengths = "" if opt.run_dir else "256"
         opt.threads, opt.batch, opt.repeats = "1", "1,4", 5
@@ -396,7 +386,6 @@ def main(argv: list[str] | None = None) -> int:
     text = report(opt, nets, convs, (before, os.getloadavg()[0]), argv)
     print(text)
     if not opt.quick:
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
         print(f"wrote {out}", file=sys.stderr)
     return 0

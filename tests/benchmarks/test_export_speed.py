@@ -11,12 +11,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("out", ["/proc/export_speed.md", "{tmp}"])
-def test_an_unwritable_report_path_is_refused_before_any_work(tmp_path, out):
-    out = out.format(tmp=tmp_path)  # /proc takes no new files; a folder is not a file path
+@pytest.mark.parametrize(("out", "why"), [
+    ("/proc/export_speed.md", "No such file or directory"),  # /proc takes no new files
+    ("{tmp}", "{tmp} is a directory"),
+    ("{tmp}/missing/export_speed.md", "directory {tmp}/missing does not exist"),
+])
+def test_an_unwritable_report_path_is_refused_before_any_work(tmp_path, out, why):
+    out, why = out.format(tmp=tmp_path), why.format(tmp=tmp_path)
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "export_speed.py"), "--out",
                           out], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
-    assert f"error: --out {out}: not a writable file path" in run.stderr
+    assert f"error: --out {out}: cannot write a report there ({why})" in run.stderr
     assert "tune" not in run.stderr  # nothing was tuned or timed
     assert list(tmp_path.iterdir()) == []  # and nothing left behind
