@@ -50,8 +50,9 @@ def lower(static: StaticNet, tactics: list[str],
     if len(resample) != len(static.blocks):
         raise ValueError(f"{len(resample)} resampling tactics for {len(static.blocks)} blocks")
     spectral = [SPECTRUM in t for rs in resample for t in rs.values()]
-    if any(spectral) and why_not(static) is not None:
-        raise ValueError(f"the stream cannot be carried as its spectrum: {why_not(static)}")
+    reason = why_not(static) if any(spectral) else None
+    if reason is not None:
+        raise ValueError(f"the stream cannot be carried as its spectrum: {reason}")
     if any(spectral) and not all(spectral):
         raise ValueError(f"{SPECTRUM!r} resampling is for every axis of every block or none")
     lowered = copy.deepcopy(static)

@@ -221,7 +221,6 @@ def test_resolution_mask_is_in_the_loss_before_it_crops(case):
     assert (g != 0).all()
 
 
-
 @pytest.mark.parametrize("learn, initial_kernel, size, expected", [
     ("KRWD", 149, (1460,), (149,)),  # a long axis starts local
     ("KRWD", 149, (150,), (149,)),  # up to initial_kernel taps: global, as before

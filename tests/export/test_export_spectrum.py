@@ -4,7 +4,6 @@ theoretical MACs of what runs, where it applies, and the measured choice (export
 
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
@@ -236,7 +235,6 @@ def test_the_spectral_stream_touches_fewer_samples():
     spectral = sum(v["theoretical"] for v in theoretical_costs(
         lower(static, tactics, spectrum_resample(static))).values())
     assert spectral < 0.5 * per_axis
-    assert math.isfinite(spectral)
 
 
 def test_an_export_that_keeps_the_spectrum_ships_it_and_verifies(monkeypatch, tmp_path):
