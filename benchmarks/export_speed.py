@@ -54,7 +54,7 @@ import torch
 from dnarch_deploy import DNArch, ModelConfig
 from dnarch_deploy import masks as M
 from dnarch_deploy.cli import add_fields
-from dnarch_deploy.rundir import load_run
+from dnarch_deploy.rundir import RunError, load_run
 from dnarch_deploy.spectral import fft_conv
 from export.bench import theoretical_costs
 from export.calibration import calibrate, task_batches
@@ -368,12 +368,15 @@ def main(argv: list[str] | None = None) -> int:
     if opt.quick:  # with run directories: those alone
         opt.lengths = "" if opt.run_dir else "256"
         opt.threads, opt.batch, opt.repeats = "1", "1,4", 5
+    try:  # every run loaded (and calibrated) once, before any timing
+        runs = [from_run(run_dir) for run_dir in opt.run_dir]
+    except RunError as e:
+        p.error(str(e))
     before = os.getloadavg()[0]
     nets = []
     for threads in opt.ints("threads"):
         singles = opt.singles and threads == opt.ints("threads")[0]
-        for run_dir in opt.run_dir:
-            label, model, x = from_run(run_dir)
+        for label, model, x in runs:
             nets.append(bench_network(opt, label, "", model, x, threads, singles))
         for length in opt.ints("lengths"):
             for state in ("found", "max"):

@@ -24,3 +24,13 @@ def test_an_unwritable_report_path_is_refused_before_any_work(tmp_path, out, why
     assert f"error: --out {out}: cannot write a report there ({why})" in run.stderr
     assert "tune" not in run.stderr  # nothing was tuned or timed
     assert list(tmp_path.iterdir()) == []  # and nothing left behind
+
+
+def test_a_missing_run_directory_is_refused_before_any_work(tmp_path):
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "export_speed.py"),
+                          "--run-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "r.md")],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert f"error: {tmp_path / 'nope'}: run directory not found" in run.stderr
+    assert "Traceback" not in run.stderr and "tune" not in run.stderr
+    assert list(tmp_path.iterdir()) == []
