@@ -86,7 +86,7 @@ class Case:
 
 
 class Linear(nn.Module):
-    """A 1x1 layer as export's blocks compute it: one MatMul over the positions, plus a bias."""
+    """A 1x1 layer as export's blocks compute it: one Conv node with its bias."""
 
     def __init__(self, channels: int):
         super().__init__()
@@ -94,7 +94,7 @@ class Linear(nn.Module):
         self.register_buffer("bias", torch.randn(channels))
 
     def forward(self, x: Tensor) -> Tensor:
-        return pointwise(x, self.weight) + self.bias.view(-1, *[1] * (x.dim() - 2))
+        return pointwise(x, self.weight, self.bias)
 
 
 def global_taps(size: tuple[int, ...]) -> tuple[int, ...]:

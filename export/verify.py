@@ -16,7 +16,7 @@ import onnx
 
 TOLERANCE = 1e-4  # max_rel every stage must meet
 
-# Op types each backend runs (ONNX opset 18). onnxruntime's CPU provider implements the whole
+# Op types each backend runs (ONNX opset 20). onnxruntime's CPU provider implements the whole
 # default domain; the list names the ops this exporter can produce, so anything else is flagged.
 ONNXRUNTIME_OPS = frozenset(
     {
