@@ -48,9 +48,12 @@ class Units:
     def name(self) -> str:
         return "macs" if self.table is None else "ms"
 
-    def of(self, kind: str, macs: Size) -> Size:
-        """One operator of ``kind`` doing ``macs`` (per sample; a tensor: each element)."""
-        return macs if self.table is None else self.table.predict_ms(kind, macs, self.batch)
+    def of(self, kind: str, macs: Size, dims: int = 1) -> Size:
+        """One operator of ``kind`` doing ``macs`` (per sample; a tensor: each element) in a
+        network on ``dims`` spatial axes."""
+        if self.table is None:
+            return macs
+        return self.table.predict_ms(kind, macs, self.batch, dims)
 
     @property
     def per_call(self) -> float:
@@ -257,10 +260,12 @@ def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> 
         scale = torch.where(hard > 0, hard / proxy.detach().clamp_min(1e-30), 0.0)
         macs = proxy * scale  # the lowered MACs in value, the proxy's gradient
         blocks[name] = sum(torch.where(torch.tensor([k == kind for k in kinds], device=device),
-                                       units.of(kind, macs), 0.0)
+                                       units.of(kind, macs, len(c.input_size)), 0.0)
                            for kind in sorted(set(kinds) - {""}))
-    enc = _edge(encoder_cost(length, 0 if c.vocab_size else c.in_channels, z["stream"]), units)
-    dec = _edge(decoder_cost(length, z["stream"], c.out_channels, c.dense), units)
+    dims = len(c.input_size)
+    enc = _edge(encoder_cost(length, 0 if c.vocab_size else c.in_channels, z["stream"]), units,
+                dims)
+    dec = _edge(decoder_cost(length, z["stream"], c.out_channels, c.dense), units, dims)
     per_block = sum(blocks.values())
     total = (sum(enc.values()) + sum(dec.values()) + (z["weights"] * per_block).sum()
              + units.per_call)
@@ -268,9 +273,9 @@ def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> 
             "decoder": dec, "operators": z["operators"]}
 
 
-def _edge(terms: dict, units: Units) -> dict:
+def _edge(terms: dict, units: Units, dims: int) -> dict:
     """The encoder's or decoder's terms in ``units``."""
-    return {name: units.of(EDGE_KINDS[name], macs) for name, macs in terms.items()}
+    return {name: units.of(EDGE_KINDS[name], macs, dims) for name, macs in terms.items()}
 
 
 def model_params(model: DNArch, plan: Plan | None = None) -> Tensor:
@@ -353,12 +358,14 @@ def _layers(size, in_channels, out_channels, dense, stream, operators, units: Un
     """Per layer (``encoder``, ``blocks.0`` ..., ``decoder``), a frozen network's cost."""
     length = float(math.prod(size))
 
+    dims = len(size)
+
     def edge(terms: dict) -> float:
-        return float(sum(_edge(terms, units).values()))
+        return float(sum(_edge(terms, units, dims).values()))
 
     return {
         "encoder": edge(encoder_cost(length, in_channels, float(stream))),
-        **{f"blocks.{i}": float(sum(units.of(op.kind, op.macs) for op in ops.values()))
+        **{f"blocks.{i}": float(sum(units.of(op.kind, op.macs, dims) for op in ops.values()))
            for i, ops in enumerate(operators)},
         "decoder": edge(decoder_cost(length, float(stream), out_channels, dense)),
     }

@@ -13,7 +13,8 @@ The file is JSON::
                 "versions": {"onnxruntime": ..., "torch": ..., "onnx": ..., "python": "3.11",
                              "dnarch-deploy": ...},
                 "date": "2026-01-01T00:00:00+00:00", "command": "python -m export.latency_table"},
-     "points": {"1": {"linear": [{"macs": 2048.0, "ms": 0.011, "shape": "C=8->8 S=(16,)"}, ...],
+     "points": {"1": {"linear": [{"macs": 2048.0, "ms": 0.011, "shape": "C=8 S=(16,)",
+                                  "dims": 1}, ...],
                       ...every kind...},
                 "32": {...}}}
 
@@ -22,18 +23,21 @@ of a call: ``header["overhead_ms"]`` (per batch, optional) is the median time of
 running one Identity node, subtracted from every point when measured (at most 90 % of a point)
 and priced once per network (:meth:`LatencyTable.overhead`). Each point is its own session
 call, and a network of 20 operators is one call: without the subtraction the table prices 20
-calls' fixed cost (the bundled table's: 6.4 us at batch 1, more than most operators of a small
+calls' fixed cost (the bundled table's: 6.7 us at batch 1, more than most operators of a small
 network take).
 
 Prediction (:meth:`LatencyTable.predict_ms`): piecewise-linear in log(MACs)-log(ms) through the
-kind's points at that batch; beyond the last point proportional to MACs (a line of slope 1 in
-log-log), below the first one flat at its time (an operator smaller than any measured still
-costs a call of its kind: onnxruntime's per-node work, not its MACs, dominates there), and 0 ms
-at 0 MACs (an operator that does not run). Before interpolating, points with equal MACs are
-averaged and the curve is made non-decreasing (pool adjacent violators, in log ms): shapes of
-equal MACs run at different speeds and timings are noisy, and a price that falls as MACs grow
-would reward the search for growing a layer. A batch the table did not measure is priced from
-the nearest measured batch (nearest in ratio, ties to the larger), scaled linearly:
+kind's points at that batch measured on as many spatial axes as the network has (a point's
+``dims``, 1 when absent; all the kind's points where none were measured so: onnxruntime runs a
+depthwise convolution on an 8x8 image several times faster than on a sequence of equal MACs);
+beyond the last point proportional to MACs (a line of slope 1 in log-log), below the first one
+flat at its time (an operator smaller than any measured still costs a call of its kind:
+onnxruntime's per-node work, not its MACs, dominates there), and 0 ms at 0 MACs (an operator that
+does not run). Before interpolating, points with equal MACs are averaged and the curve is made
+non-decreasing (pool adjacent violators, in log ms): shapes of equal MACs run at different speeds
+and timings are noisy, and a price that falls as MACs grow would reward the search for growing a
+layer. A batch the table did not measure is priced from the nearest measured batch (nearest in
+ratio, ties to the larger), scaled linearly:
 ms(B) = ms(B0) * B / B0.
 
 Which table (:func:`load_table`): the one asked for, else the cache file measured on this machine
@@ -85,6 +89,7 @@ class Point(NamedTuple):
     macs: float  # multiply-accumulates per sample
     ms: float  # median milliseconds for the whole batch
     shape: str = ""  # what was measured, for the reader
+    dims: int = 1  # spatial axes of the measured input: 1 (a sequence) or 2 (an image)
 
 
 # --- this machine ---------------------------------------------------------------------------------
@@ -186,7 +191,9 @@ class LatencyTable:
     def __post_init__(self) -> None:
         for batch, kinds in self.points.items():
             for kind, pts in kinds.items():
-                self._curves[batch, kind] = _curve(pts)
+                self._curves[batch, kind, None] = _curve(pts)
+                for dims in {p.dims for p in pts}:
+                    self._curves[batch, kind, dims] = _curve([p for p in pts if p.dims == dims])
 
     @property
     def batches(self) -> list[int]:
@@ -202,10 +209,11 @@ class LatencyTable:
         measured batch's; 0 for a table that did not measure it)."""
         return float(self.header.get("overhead_ms", {}).get(str(self._nearest(batch)), 0.0))
 
-    def predict_ms(self, kind: str, macs: Tensor | float, batch: int) -> Tensor | float:
+    def predict_ms(self, kind: str, macs: Tensor | float, batch: int, dims: int = 1
+                   ) -> Tensor | float:
         """Milliseconds of one operator of ``kind`` doing ``macs`` multiply-accumulates per sample
-        at ``batch`` (module docstring). A tensor ``macs`` (any shape, elementwise) gives a tensor
-        differentiable in it; a number gives a float."""
+        at ``batch`` in a network on ``dims`` spatial axes (module docstring). A tensor ``macs``
+        (any shape, elementwise) gives a tensor differentiable in it; a number gives a float."""
         if kind not in KINDS:
             raise ValueError(f"unknown operator kind {kind!r}; known kinds: {', '.join(KINDS)}")
         near = self._nearest(batch)
@@ -215,9 +223,13 @@ class LatencyTable:
         positive = m > 0
         # where() takes no gradient from the masked branch; log of 1 keeps it finite
         ms = torch.exp(_interpolate(torch.log(torch.where(positive, m, 1.0)),
-                                    self._curves[near, kind]))
+                                    self._curve(near, kind, dims)))
         ms = torch.where(positive, ms * (batch / near), 0.0)
         return ms if isinstance(macs, Tensor) else float(ms)
+
+    def _curve(self, batch: int, kind: str, dims: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The points measured on ``dims`` axes, or all of the kind's where none were."""
+        return self._curves.get((batch, kind, dims), self._curves[batch, kind, None])
 
     def differences(self, threads: int) -> list[str]:
         """What differs between this table's header and this machine with ``threads``."""
@@ -289,7 +301,10 @@ def _point(p: object, where: str) -> Point:
         for k in ("macs", "ms"))
     if not ok:
         raise ValueError(f"{where}: point {p!r} needs positive finite 'macs' and 'ms'")
-    return Point(float(p["macs"]), float(p["ms"]), str(p.get("shape", "")))
+    dims = p.get("dims", 1)
+    if dims not in (1, 2, 3) or isinstance(dims, bool):
+        raise ValueError(f"{where}: point {p!r} has 'dims' {dims!r}, not 1, 2 or 3")
+    return Point(float(p["macs"]), float(p["ms"]), str(p.get("shape", "")), dims)
 
 
 # --- which table ----------------------------------------------------------------------------------

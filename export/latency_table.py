@@ -3,10 +3,11 @@
 Every operator kind of :data:`dnarch_deploy.latency.KINDS` is built as the module export lowers
 it to (a 1x1 layer as :func:`export.static.pointwise`, GELU, the convolution tactics of
 :mod:`export.tactics`, the resampling forms of :mod:`export.resampling`) on a grid of sizes that
-covers what CCNNs use (1-D lengths 16..4096, 2-D 16x16..64x64, 8..256 channels), exported to ONNX
-as export does (batch dynamic; one graph per kind, each case cut out as its own sub-model) and
-timed in onnxruntime (export.timing) at each batch, less the fixed cost of a call (the header's
-``overhead_ms``: :func:`call_overhead`), which a network pays once. Each point's MACs per
+covers what CCNNs use (1-D lengths 16..4096, 2-D 8x8..64x64, 8..256 channels; each point records
+its number of spatial axes, which the table predicts by), exported to ONNX as export does (batch
+dynamic; one graph per kind, each case cut out as its own sub-model) and timed in onnxruntime
+(export.timing) at each batch, less the fixed cost of a call (the header's ``overhead_ms``:
+:func:`call_overhead`), which a network pays once. Each point's MACs per
 sample come from the formulas export and the cost model share
 (:mod:`dnarch_deploy.operators`: ``conv_macs``, ``resample_macs``;
 :func:`dnarch_deploy.cost.linear_cost` and ``pointwise_cost``). Points that would take long
@@ -72,16 +73,19 @@ class TableOptions:
 @dataclass(frozen=True)
 class Case:
     """One operator at one size: ``channels`` x ``size`` in; ``taps`` for a convolution,
-    ``out`` for a resampling (the new length of the first spatial axis)."""
+    ``out`` for a resampling (the new length of spatial axis ``axis``)."""
 
     kind: str
     channels: int
     size: tuple[int, ...]
     taps: tuple[int, ...] = ()
     out: int = 0
+    axis: int = 0
 
     def __str__(self) -> str:
-        extra = f" taps={self.taps}" if self.taps else f" ->{self.out}" if self.out else ""
+        extra = f" taps={self.taps}" if self.taps else ""
+        if self.out:
+            extra = f" ->{self.out}" + (f" on axis {self.axis}" if self.axis else "")
         return f"C={self.channels} S={self.size}{extra}"
 
 
@@ -111,8 +115,8 @@ def build(case: Case) -> nn.Module:
         return nn.GELU()
     if family == "conv":
         return make_conv(form, torch.randn(case.channels, *case.taps), case.size)
-    dim = -len(case.size)  # the first spatial axis: the strided one in 2-D
-    return lower_resample(Resample(case.out, dim), case.size[0], form)
+    dim = case.axis - len(case.size)
+    return lower_resample(Resample(case.out, dim), case.size[case.axis], form)
 
 
 def macs(case: Case) -> float:
@@ -125,15 +129,15 @@ def macs(case: Case) -> float:
         return float(pointwise_cost(length, case.channels))
     if family == "conv":
         return conv_macs(form, case.channels, case.size, case.taps)
-    lines = case.channels * length // case.size[0]
-    return float(lines * resample_macs(form, case.size[0], case.out))
+    lines = case.channels * length // case.size[case.axis]
+    return float(lines * resample_macs(form, case.size[case.axis], case.out))
 
 
 def grid(quick: bool = False) -> dict[str, list[Case]]:
     """The cases measured, per kind (:data:`KINDS`): 1-D and 2-D sizes, a few channel counts."""
     lengths = (16, 256) if quick else (16, 64, 256, 1024, 4096)
-    images = () if quick else ((16, 16), (32, 32), (64, 64))
-    channels = (8,) if quick else (8, 64, 256)
+    images = () if quick else ((8, 8), (16, 16), (32, 32), (64, 64))
+    channels = (8,) if quick else (8, 16, 32, 64, 256)  # 32: the base CCNN_{4,32}
     sizes = [(n,) for n in lengths] + list(images)
     # resampling n -> m along an axis: halving and doubling, and a fast length just over n / 2
     pairs = dict.fromkeys(p for n in lengths for m in (n // 2, next_fast_len(n // 2 + 1))
@@ -150,8 +154,9 @@ def grid(quick: bool = False) -> dict[str, list[Case]]:
             kernel = torch.zeros(c, *global_taps(s))
             for form in distinct_tactics(kernel, s, ("matmul", "dft", "multistep")):
                 cases[f"conv.{form}"].append(Case(f"conv.{form}", c, s, taps=global_taps(s)))
-            if len(s) == 2:  # an image's first axis (axes up to 128 stay dense)
-                cases["resample.dense"].append(Case("resample.dense", c, s, out=s[0] // 2))
+            if len(s) == 2:  # an image's axes (up to 128 stay dense)
+                cases["resample.dense"] += [Case("resample.dense", c, s, out=s[a] // 2, axis=a)
+                                            for a in (0, 1)]
         for n, m in pairs:
             for form in resample_candidates(n, m):
                 cases[f"resample.{form}"].append(Case(f"resample.{form}", c, (n,), out=m))
@@ -239,7 +244,7 @@ def measure_table(options: TableOptions, command: str) -> LatencyTable:
                     break
                 ms = median_ms(runner(sess, random_feeds(sub, b)), options.quick)
                 points[b][case.kind].append(Point(macs(case), operator_ms(ms, overhead[str(b)]),
-                                                  str(case)))
+                                                  str(case), len(case.size)))
                 previous = (b, ms)
             bar.update()
     bar.close()

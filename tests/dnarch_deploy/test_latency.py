@@ -144,12 +144,25 @@ def test_bad_batch(batch):
         table().predict_ms("linear", 1e4, batch)
 
 
+def test_a_network_is_priced_by_the_points_measured_on_as_many_axes():
+    """An image's operator by the 2-D points, a sequence's by the 1-D ones; a kind with points on
+    one rank only prices every rank by them."""
+    pts = {k: [Point(m, power(m), dims=1) for m in KNOTS] for k in KINDS}
+    pts["conv.direct"] += [Point(m, 0.25 * power(m), dims=2) for m in KNOTS]
+    t = LatencyTable(header={}, points={1: pts})
+    assert t.predict_ms("conv.direct", 5e4, 1, dims=1) == pytest.approx(power(5e4), rel=1e-12)
+    assert t.predict_ms("conv.direct", 5e4, 1, dims=2) == pytest.approx(0.25 * power(5e4),
+                                                                         rel=1e-12)
+    assert t.predict_ms("linear", 5e4, 1, dims=2) == pytest.approx(power(5e4), rel=1e-12)
+
+
 # --- the file -------------------------------------------------------------------------------------
 
 
 def test_round_trip(tmp_path):
     t = table()
     t.points[1]["linear"][0] = Point(1e3, 0.25, "C=8 S=(16,)")
+    t.points[1]["linear"][1] = Point(1e4, 0.5, "C=8 S=(16, 16)", dims=2)
     t.save(tmp_path / "t.json")
     back = LatencyTable.load(tmp_path / "t.json")
     assert back.header == t.header and back.points == t.points
@@ -238,6 +251,12 @@ def bad_point(path: Path) -> None:
     path.write_text(json.dumps(data))
 
 
+def bad_dims(path: Path) -> None:
+    data = table().to_json()
+    data["points"]["1"]["linear"][0]["dims"] = 4
+    path.write_text(json.dumps(data))
+
+
 def unreadable(path: Path) -> None:
     path.mkdir()  # a directory where the file should be
 
@@ -261,6 +280,7 @@ FAULTS = {
     "wrong schema": (wrong_schema, "schema"),
     "missing kind": (missing_kind, "conv.dft"),
     "bad point": (bad_point, "positive"),
+    "bad dims": (bad_dims, "dims"),
     "unreadable": (unreadable, "cannot be used"),
     "other machine": (other_machine, "Other CPU 9000"),
     "other versions": (other_versions, "onnxruntime 0.0.1"),

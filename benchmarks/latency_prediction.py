@@ -1,0 +1,153 @@
+"""Does the cost model predict the exported network's measured latency?
+
+`--cost latency` prices a network as the sum of its lowered operators' milliseconds from the
+per-operator latency table (dnarch_deploy.latency). A budget is a ratio to the base network, so
+what must hold is that predicted ratios are measured ratios. Per input shape, this script draws
+random DNArch architectures (depth, widths, resolution and kernel per block), exports each as
+``python -m export.onnx --no-tune`` lowers it (the lowering the cost model prices), and measures
+them in onnxruntime beside the base CCNN_{4,32} of that shape, all in turns in one session per
+batch. It reports, per shape and batch, predicted/measured milliseconds (the table's absolute
+error) and the ratio to the base, predicted against measured (what a budget relies on).
+
+    python benchmarks/latency_prediction.py --networks 8
+    python benchmarks/latency_prediction.py --table /path/to/table.json --shapes 150 8x8
+
+Weights are random and BatchNorm is calibrated on random inputs: latency does not depend on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import sys
+
+import onnxruntime
+import torch
+
+from dnarch_deploy import DNArch, ModelConfig
+from dnarch_deploy import masks as M
+from dnarch_deploy.cost import Units, architecture_cost
+from dnarch_deploy.latency import cpu_model, load_table
+from export.calibration import calibrate
+from export.emit import to_onnx
+from export.lowering import lower
+from export.pipeline import ExportOptions
+from export.policy import choose_lowering
+from export.static import freeze, materialize
+from export.timing import measure, progress, runner, session
+
+DEFAULT_SHAPES = ("150", "512", "8x8", "16x16", "28x28")
+
+
+def shape(text: str) -> tuple[int, ...]:
+    try:
+        size = tuple(int(s) for s in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a shape is LENGTH or HxW, got {text!r}") from None
+    if not 1 <= len(size) <= 2 or min(size) < 4:
+        raise argparse.ArgumentTypeError(f"a shape is 1-D or 2-D, each side >= 4, got {text!r}")
+    return size
+
+
+def random_state(model: DNArch, rng: torch.Generator) -> None:
+    """Masks describing a random architecture inside the search space: depth 1..max, widths
+    1/8..1 of the maximum, resolution 1/4..1 of the input per axis, kernels 1/16..1."""
+    c = model.config
+    H, D, T = c.max_width, c.max_depth, c.threshold
+
+    def u(lo: float, hi: float) -> float:
+        return lo + (hi - lo) * float(torch.rand((), generator=rng))
+
+    with torch.no_grad():
+        depth = int(torch.randint(1, D + 1, (), generator=rng))
+        model.mask_depth.fill_(M.sigmoid_mu_for_size(depth - 0.5 + 0.4, c.tau_depth, D, T))
+        for b in range(D):
+            for i in range(3):
+                model.mask_width[b, i] = M.sigmoid_mu_for_size(u(H / 8, H), c.tau_width, H, T)
+            for a in range(model.mask_res.shape[1]):
+                model.mask_res[b, a] = M.sigmoid_mu_for_size(u(0.25, 1.0), c.tau_resolution, 1, T)
+                model.mask_sigma[b, a] = (u(1 / 16, 1.0) * M.INSIDE
+                                          / math.sqrt(-2 * math.log(T)))
+    model.clamp_masks_()
+
+
+def network(size: tuple[int, ...], learn: str, rng: torch.Generator | None) -> DNArch:
+    model = DNArch(ModelConfig(in_channels=1, out_channels=10, input_size=size, depth=4,
+                               width=32, learn=learn))
+    if rng is not None:
+        random_state(model, rng)
+    batches = [torch.randn(16, 1, *size) for _ in range(2)]
+    return calibrate(model, batches, show_progress=False).eval()
+
+
+def exported(model: DNArch) -> tuple:
+    """(the ONNX graph export ships with --no-tune, the frozen architecture)."""
+    static = materialize(model, freeze(model))
+    tactics, resample, _, _ = choose_lowering(static, ExportOptions(tune=False))
+    x = torch.randn(2, 1, *model.config.input_size)
+    return to_onnx(lower(static, tactics, resample), (x,)), freeze(model).architecture
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", nargs="+", type=shape, default=[shape(s) for s in DEFAULT_SHAPES])
+    p.add_argument("--networks", type=int, default=8, help="random networks per shape")
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--table", default=None, help="a latency table file (default: as --cost "
+                   "latency finds it: this machine's cache, else the bundled one)")
+    opt = p.parse_args(argv)
+    if opt.networks < 1 or min(opt.batch) < 1 or opt.threads < 1:
+        p.error("--networks, --batch and --threads must be >= 1")
+    table = load_table(opt.table, threads=opt.threads)
+    torch.set_num_threads(opt.threads)
+    rng = torch.Generator().manual_seed(opt.seed)
+
+    args = " ".join(sys.argv[1:] if argv is None else argv)
+    print(f"Command: `python benchmarks/latency_prediction.py {args}`  ")
+    print(f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, {torch.get_num_threads()} "
+          f"torch thread(s), {opt.threads} onnxruntime thread(s); Python "
+          f"{platform.python_version()}, torch {torch.__version__}, onnxruntime "
+          f"{onnxruntime.__version__}; table: {table.header.get('command', '?')} "
+          f"({table.header.get('date', '?')})\n")
+    print("Per shape: the base CCNN_{4,32} and random DNArch networks, exported --no-tune, timed "
+          "in turns (median ms). pred/meas: the table's milliseconds over the measured ones; "
+          "ratio error: (predicted ms / predicted base ms) / (measured ms / measured base ms), "
+          "1 when the cost model ranks the network against the base exactly.\n")
+    print("| shape | batch | base ms measured | base pred/meas | networks' pred/meas "
+          "(median, range) | ratio error (median, range) | measured ratio to base (range) |")
+    print("|---|---|---|---|---|---|---|")
+    bar = progress(None, total=len(opt.shapes) * (opt.networks + 1))
+    for size in opt.shapes:
+        models = [network(size, "none", None)]
+        models += [network(size, "KRWD", rng) for _ in range(opt.networks)]
+        graphs, archs = [], []
+        for m in models:
+            g, a = exported(m)
+            graphs.append(g)
+            archs.append(a)
+            bar.update()
+        for b in opt.batch:
+            x = torch.randn(b, 1, *size).numpy()
+            fns = [runner(session(g, opt.threads), {g.graph.input[0].name: x}) for g in graphs]
+            meas = [r["median_ms"] for r in measure(fns, opt.repeats)]
+            pred = [float(architecture_cost(a, Units(table, b))) for a in archs]
+            err = [p_ / m_ for p_, m_ in zip(pred, meas)]
+            ratio = [(p_ / pred[0]) / (m_ / meas[0]) for p_, m_ in zip(pred[1:], meas[1:])]
+            rel = [m_ / meas[0] for m_ in meas[1:]]
+            label = "x".join(map(str, size))
+            bar.write(
+                f"| {label} | {b} | {meas[0]:.4f} | {err[0]:.2f} | {statistics.median(err[1:]):.2f}"
+                f" ({min(err[1:]):.2f}-{max(err[1:]):.2f}) | {statistics.median(ratio):.2f} "
+                f"({min(ratio):.2f}-{max(ratio):.2f}) | {min(rel):.2f}-{max(rel):.2f} |")
+    bar.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

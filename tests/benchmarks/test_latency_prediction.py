@@ -1,0 +1,47 @@
+"""benchmarks/latency_prediction.py as a user runs it: one row per shape and batch whose ratio
+error is what its other columns say, and bad arguments refused with one message."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = str(ROOT / "benchmarks" / "latency_prediction.py")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
+                          env={**os.environ, "CI": "1"})
+
+
+def test_one_row_per_shape_and_batch():
+    done = run("--networks", "2", "--shapes", "32", "8x8", "--batch", "1", "2", "--repeats", "2")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("Command: `python benchmarks/latency_prediction.py --networks 2")
+    assert "onnxruntime 1." in out and "table: " in out
+    num = r"([\d.]+)"
+    rows = re.findall(rf"^\| (\w+) \| (\d+) \| {num} \| {num} \| {num} \({num}-{num}\) \| "
+                      rf"{num} \({num}-{num}\) \| {num}-{num} \|$", out, re.M)
+    assert [r[:2] for r in rows] == [("32", "1"), ("32", "2"), ("8x8", "1"), ("8x8", "2")]
+    for row in rows:
+        values = [float(v) for v in row[2:]]
+        assert all(v > 0 for v in values)
+        _, _, error, lo, hi, ratio, r_lo, r_hi, m_lo, m_hi = values
+        assert lo <= error <= hi and r_lo <= ratio <= r_hi and m_lo <= m_hi
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--networks", "0"], "--networks, --batch and --threads must be >= 1"),
+    (["--shapes", "3x3x3"], "a shape is 1-D or 2-D"),
+    (["--shapes", "long"], "a shape is LENGTH or HxW"),
+])
+def test_bad_arguments_are_one_message(args, says):
+    done = run(*args)
+    assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr
