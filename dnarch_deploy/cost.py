@@ -48,12 +48,12 @@ class Units:
     def name(self) -> str:
         return "macs" if self.table is None else "ms"
 
-    def of(self, kind: str, macs: Size, dims: int = 1) -> Size:
+    def of(self, kind: str, macs: Size, dims: int = 1, axis: int | None = None) -> Size:
         """One operator of ``kind`` doing ``macs`` (per sample; a tensor: each element) in a
-        network on ``dims`` spatial axes."""
+        network on ``dims`` spatial axes (a resampling: along ``axis``)."""
         if self.table is None:
             return macs
-        return self.table.predict_ms(kind, macs, self.batch, dims)
+        return self.table.predict_ms(kind, macs, self.batch, dims, axis)
 
     @property
     def per_call(self) -> float:
@@ -260,7 +260,8 @@ def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> 
         scale = torch.where(hard > 0, hard / proxy.detach().clamp_min(1e-30), 0.0)
         macs = proxy * scale  # the lowered MACs in value, the proxy's gradient
         blocks[name] = sum(torch.where(torch.tensor([k == kind for k in kinds], device=device),
-                                       units.of(kind, macs, len(c.input_size)), 0.0)
+                                       units.of(kind, macs, len(c.input_size), _axis(name)),
+                                       0.0)
                            for kind in sorted(set(kinds) - {""}))
     dims = len(c.input_size)
     enc = _edge(encoder_cost(length, 0 if c.vocab_size else c.in_channels, z["stream"]), units,
@@ -271,6 +272,11 @@ def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> 
              + units.per_call)
     return {"total": total, "encoder": enc, "blocks": blocks, "block_weights": z["weights"],
             "decoder": dec, "operators": z["operators"]}
+
+
+def _axis(name: str) -> int | None:
+    """The axis a block operator resamples (``down<a>``, ``up<a>``), else None."""
+    return int(name[-1]) if name.startswith(("down", "up")) else None
 
 
 def _edge(terms: dict, units: Units, dims: int) -> dict:
@@ -365,7 +371,8 @@ def _layers(size, in_channels, out_channels, dense, stream, operators, units: Un
 
     return {
         "encoder": edge(encoder_cost(length, in_channels, float(stream))),
-        **{f"blocks.{i}": float(sum(units.of(op.kind, op.macs, dims) for op in ops.values()))
+        **{f"blocks.{i}": float(sum(units.of(op.kind, op.macs, dims, _axis(name))
+                                    for name, op in ops.items()))
            for i, ops in enumerate(operators)},
         "decoder": edge(decoder_cost(length, float(stream), out_channels, dense)),
     }

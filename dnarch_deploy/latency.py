@@ -14,7 +14,7 @@ The file is JSON::
                              "dnarch-deploy": ...},
                 "date": "2026-01-01T00:00:00+00:00", "command": "python -m export.latency_table"},
      "points": {"1": {"linear": [{"macs": 2048.0, "ms": 0.011, "shape": "C=8 S=(16,)",
-                                  "dims": 1}, ...],
+                                  "dims": 1, "axis": null}, ...],
                       ...every kind...},
                 "32": {...}}}
 
@@ -29,7 +29,9 @@ network take).
 Prediction (:meth:`LatencyTable.predict_ms`): piecewise-linear in log(MACs)-log(ms) through the
 kind's points at that batch measured on as many spatial axes as the network has (a point's
 ``dims``, 1 when absent; all the kind's points where none were measured so: onnxruntime runs a
-depthwise convolution on an 8x8 image several times faster than on a sequence of equal MACs);
+depthwise convolution on an 8x8 image several times faster than on a sequence of equal MACs), and
+for a resampling along the same axis (a point's ``axis``: an image's first axis, transposed to
+the end and back, costs up to 8x its last axis's at equal MACs in the bundled table's points);
 beyond the last point proportional to MACs (a line of slope 1 in log-log), below the first one
 flat at its time (an operator smaller than any measured still costs a call of its kind:
 onnxruntime's per-node work, not its MACs, dominates there), and 0 ms at 0 MACs (an operator that
@@ -90,6 +92,7 @@ class Point(NamedTuple):
     ms: float  # median milliseconds for the whole batch
     shape: str = ""  # what was measured, for the reader
     dims: int = 1  # spatial axes of the measured input: 1 (a sequence) or 2 (an image)
+    axis: int | None = None  # a resampling's axis (0: an image's rows, the slow one to resample)
 
 
 # --- this machine ---------------------------------------------------------------------------------
@@ -191,9 +194,13 @@ class LatencyTable:
     def __post_init__(self) -> None:
         for batch, kinds in self.points.items():
             for kind, pts in kinds.items():
-                self._curves[batch, kind, None] = _curve(pts)
+                self._curves[batch, kind, None, None] = _curve(pts)
                 for dims in {p.dims for p in pts}:
-                    self._curves[batch, kind, dims] = _curve([p for p in pts if p.dims == dims])
+                    same = [p for p in pts if p.dims == dims]
+                    self._curves[batch, kind, dims, None] = _curve(same)
+                    for axis in {p.axis for p in same} - {None}:
+                        self._curves[batch, kind, dims, axis] = _curve(
+                            [p for p in same if p.axis == axis])
 
     @property
     def batches(self) -> list[int]:
@@ -209,11 +216,12 @@ class LatencyTable:
         measured batch's; 0 for a table that did not measure it)."""
         return float(self.header.get("overhead_ms", {}).get(str(self._nearest(batch)), 0.0))
 
-    def predict_ms(self, kind: str, macs: Tensor | float, batch: int, dims: int = 1
-                   ) -> Tensor | float:
+    def predict_ms(self, kind: str, macs: Tensor | float, batch: int, dims: int = 1,
+                   axis: int | None = None) -> Tensor | float:
         """Milliseconds of one operator of ``kind`` doing ``macs`` multiply-accumulates per sample
-        at ``batch`` in a network on ``dims`` spatial axes (module docstring). A tensor ``macs``
-        (any shape, elementwise) gives a tensor differentiable in it; a number gives a float."""
+        at ``batch`` in a network on ``dims`` spatial axes (a resampling: along ``axis``; module
+        docstring). A tensor ``macs`` (any shape, elementwise) gives a tensor differentiable in
+        it; a number gives a float."""
         if kind not in KINDS:
             raise ValueError(f"unknown operator kind {kind!r}; known kinds: {', '.join(KINDS)}")
         near = self._nearest(batch)
@@ -223,13 +231,18 @@ class LatencyTable:
         positive = m > 0
         # where() takes no gradient from the masked branch; log of 1 keeps it finite
         ms = torch.exp(_interpolate(torch.log(torch.where(positive, m, 1.0)),
-                                    self._curve(near, kind, dims)))
+                                    self._curve(near, kind, dims, axis)))
         ms = torch.where(positive, ms * (batch / near), 0.0)
         return ms if isinstance(macs, Tensor) else float(ms)
 
-    def _curve(self, batch: int, kind: str, dims: int) -> tuple[Tensor, Tensor, Tensor]:
-        """The points measured on ``dims`` axes, or all of the kind's where none were."""
-        return self._curves.get((batch, kind, dims), self._curves[batch, kind, None])
+    def _curve(self, batch: int, kind: str, dims: int, axis: int | None
+               ) -> tuple[Tensor, Tensor, Tensor]:
+        """The points measured on ``dims`` axes (along ``axis``), else on ``dims`` axes, else all
+        of the kind's."""
+        for key in ((batch, kind, dims, axis), (batch, kind, dims, None)):
+            if key in self._curves:
+                return self._curves[key]
+        return self._curves[batch, kind, None, None]
 
     def differences(self, threads: int) -> list[str]:
         """What differs between this table's header and this machine with ``threads``."""
@@ -301,10 +314,12 @@ def _point(p: object, where: str) -> Point:
         for k in ("macs", "ms"))
     if not ok:
         raise ValueError(f"{where}: point {p!r} needs positive finite 'macs' and 'ms'")
-    dims = p.get("dims", 1)
+    dims, axis = p.get("dims", 1), p.get("axis")
     if dims not in (1, 2, 3) or isinstance(dims, bool):
         raise ValueError(f"{where}: point {p!r} has 'dims' {dims!r}, not 1, 2 or 3")
-    return Point(float(p["macs"]), float(p["ms"]), str(p.get("shape", "")), dims)
+    if axis is not None and (isinstance(axis, bool) or axis not in range(dims)):
+        raise ValueError(f"{where}: point {p!r} has 'axis' {axis!r}, not one of its {dims} axes")
+    return Point(float(p["macs"]), float(p["ms"]), str(p.get("shape", "")), dims, axis)
 
 
 # --- which table ----------------------------------------------------------------------------------

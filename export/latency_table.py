@@ -243,8 +243,9 @@ def measure_table(options: TableOptions, command: str) -> LatencyTable:
                 if case is not per_kind[case.kind][0] and not wanted(case, b, previous):
                     break
                 ms = median_ms(runner(sess, random_feeds(sub, b)), options.quick)
+                axis = case.axis if case.out else None
                 points[b][case.kind].append(Point(macs(case), operator_ms(ms, overhead[str(b)]),
-                                                  str(case), len(case.size)))
+                                                  str(case), len(case.size), axis))
                 previous = (b, ms)
             bar.update()
     bar.close()

@@ -156,6 +156,20 @@ def test_a_network_is_priced_by_the_points_measured_on_as_many_axes():
     assert t.predict_ms("linear", 5e4, 1, dims=2) == pytest.approx(power(5e4), rel=1e-12)
 
 
+def test_a_resampling_is_priced_by_the_points_along_its_axis():
+    """An image's rows (axis 0) by the axis-0 points, its columns by the axis-1 points; an axis
+    not measured on that rank by all of the rank's points."""
+    pts = {k: [Point(m, power(m)) for m in KNOTS] for k in KINDS}
+    pts["resample.dense"] += [Point(m, 3 * power(m), dims=2, axis=0) for m in KNOTS]
+    pts["resample.dense"] += [Point(m, power(m), dims=2, axis=1) for m in KNOTS]
+    t = LatencyTable(header={}, points={1: pts})
+    assert t.predict_ms("resample.dense", 5e4, 1, 2, axis=0) == pytest.approx(3 * power(5e4))
+    assert t.predict_ms("resample.dense", 5e4, 1, 2, axis=1) == pytest.approx(power(5e4))
+    both = math.sqrt(3) * power(5e4)  # equal MACs averaged in log ms: the geometric mean
+    assert t.predict_ms("resample.dense", 5e4, 1, 2) == pytest.approx(both)
+    assert t.predict_ms("resample.dense", 5e4, 1, 1, axis=0) == pytest.approx(power(5e4))
+
+
 # --- the file -------------------------------------------------------------------------------------
 
 
@@ -163,6 +177,7 @@ def test_round_trip(tmp_path):
     t = table()
     t.points[1]["linear"][0] = Point(1e3, 0.25, "C=8 S=(16,)")
     t.points[1]["linear"][1] = Point(1e4, 0.5, "C=8 S=(16, 16)", dims=2)
+    t.points[1]["resample.dense"][1] = Point(1e4, 0.5, "C=8 S=(16, 16) ->8", dims=2, axis=0)
     t.save(tmp_path / "t.json")
     back = LatencyTable.load(tmp_path / "t.json")
     assert back.header == t.header and back.points == t.points
@@ -257,6 +272,12 @@ def bad_dims(path: Path) -> None:
     path.write_text(json.dumps(data))
 
 
+def bad_axis(path: Path) -> None:
+    data = table().to_json()
+    data["points"]["1"]["resample.dense"][0]["axis"] = 1  # a 1-D point has axis 0 only
+    path.write_text(json.dumps(data))
+
+
 def unreadable(path: Path) -> None:
     path.mkdir()  # a directory where the file should be
 
@@ -281,6 +302,7 @@ FAULTS = {
     "missing kind": (missing_kind, "conv.dft"),
     "bad point": (bad_point, "positive"),
     "bad dims": (bad_dims, "dims"),
+    "bad axis": (bad_axis, "axis"),
     "unreadable": (unreadable, "cannot be used"),
     "other machine": (other_machine, "Other CPU 9000"),
     "other versions": (other_versions, "onnxruntime 0.0.1"),
