@@ -47,6 +47,20 @@ def test_cli_writes_every_artifact(exported_run):
     assert [d.dim_value for d in dims[1:]] == [1, 150]  # spatial size fixed
 
 
+def test_each_gelu_is_one_node_and_each_1x1_layer_one_conv(exported_run):
+    """Opset 20: GELU as one Gelu node, not five (Div, Erf, Add, Mul, Mul); a 1x1 layer as one
+    Conv with its bias, not Reshape-MatMul-Reshape-Add (export.static.pointwise)."""
+    model = onnx.load(str(exported_run / "export" / "model.onnx"))
+    ops = [n.op_type for n in model.graph.node]
+    assert {o.domain: o.version for o in model.opset_import}[""] == 20
+    arch = json.loads((exported_run / "export" / "architecture.json").read_text())
+    assert ops.count("Gelu") == 1 + arch["depth"] and "Erf" not in ops  # encoder + each block
+    # the encoder's layer and two per block, besides the depthwise convolutions
+    direct = sum(t == "direct" for t in json.loads(
+        (exported_run / "export" / "report.json").read_text())["tactics"])
+    assert ops.count("Conv") == 1 + 2 * arch["depth"] + direct
+
+
 def test_report_has_what_other_tools_read(exported_run):
     report = json.loads((exported_run / "export" / "report.json").read_text())
     assert read_report(exported_run) == report  # the schema the dashboard reads it through
