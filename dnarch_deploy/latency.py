@@ -75,7 +75,7 @@ from .operators import CONV_TACTICS, RESAMPLE_FORMS
 from .tasks.cache import cache_root
 
 SCHEMA = "dnarch-deploy/latency-table/1"
-# the operator kinds of dnarch_deploy.operators: a pointwise linear map (measured: a 1x1 MatMul
+# the operator kinds of dnarch_deploy.operators: a pointwise linear map (measured: a 1x1 Conv
 # plus bias), an elementwise op (measured: GELU), each convolution tactic, each resampling form
 KINDS = ("linear", "pointwise", *(f"conv.{t}" for t in CONV_TACTICS),
          *(f"resample.{f}" for f in RESAMPLE_FORMS))

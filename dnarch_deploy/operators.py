@@ -8,7 +8,7 @@ between them, per resampled axis an upsampling back to the input's size, and the
 (the norm is folded into the first linear map). Each operator has a *kind*, the name a latency
 table is keyed by:
 
-  ``linear``            a pointwise linear map (a MatMul over channels)
+  ``linear``            a pointwise linear map (a 1x1 Conv over channels)
   ``pointwise``         an element-wise op (GELU, residual add, pooling)
   ``conv.<tactic>``     the convolution as one of :data:`CONV_TACTICS`
   ``resample.<form>``   one axis's spectral resampling as one of :data:`RESAMPLE_FORMS`
