@@ -24,10 +24,13 @@ def test_the_grid_covers_what_ccnns_use():
     assert all(c.kind == k for k, cs in per_kind.items() for c in cs)
     for kind in ("linear", "pointwise", "conv.direct", "conv.matmul", "conv.dft"):
         sizes = {c.size for c in per_kind[kind]}
-        assert {(16,), (4096,), (16, 16), (64, 64)} <= sizes, kind
+        assert {(16,), (4096,), (8, 8), (64, 64)} <= sizes, kind
     for kind in ("conv.multistep", "resample.dense", "resample.factored", "resample.split"):
         assert {(4096,)} <= {c.size for c in per_kind[kind]}, kind
-    assert {c.channels for c in cases} == {8, 64, 256}
+    assert {c.channels for c in cases} == {8, 16, 32, 64, 256}  # 32: the base CCNN_{4,32}'s
+    # an image's resampling along each of its axes (the first one is the slow one)
+    images = [c for c in per_kind["resample.dense"] if len(c.size) == 2]
+    assert {c.axis for c in images} == {0, 1} and (8, 8) in {c.size for c in images}
 
 
 def test_quick_writes_this_machines_table_to_the_cache(capsys, recwarn):
@@ -39,6 +42,9 @@ def test_quick_writes_this_machines_table_to_the_cache(capsys, recwarn):
     assert table.batches == [1, 3] and table.header["batches"] == [1, 3]
     assert table.header["command"] == "python -m export.latency_table --quick --batch 1 --batch 3"
     assert all(table.points[b][k] for b in (1, 3) for k in KINDS)
+    # each point says what it was measured on: --quick has sequences only; a resampling's axis
+    assert all(p.dims == 1 and p.axis == (0 if k.startswith("resample.") else None)
+               for b in (1, 3) for k in KINDS for p in table.points[b][k])
     # the fixed cost of a call, measured per batch and taken off every point
     assert set(table.header["overhead_ms"]) == {"1", "3"}
     assert all(0 < v < 1 for v in table.header["overhead_ms"].values())
