@@ -85,10 +85,11 @@ def network(size: tuple[int, ...], learn: str, rng: torch.Generator | None) -> D
 
 def exported(model: DNArch) -> tuple:
     """(the ONNX graph export ships with --no-tune, the frozen architecture)."""
-    static = materialize(model, freeze(model))
+    frozen = freeze(model)
+    static = materialize(model, frozen)
     tactics, resample, _, _ = choose_lowering(static, ExportOptions(tune=False))
     x = torch.randn(2, 1, *model.config.input_size)
-    return to_onnx(lower(static, tactics, resample), (x,)), freeze(model).architecture
+    return to_onnx(lower(static, tactics, resample), (x,)), frozen.architecture
 
 
 def main(argv: list[str] | None = None) -> int:

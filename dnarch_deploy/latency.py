@@ -8,7 +8,7 @@ ships with the package (``dnarch_deploy/data/latency_default.json``).
 
 The file is JSON::
 
-    {"schema": "dnarch-deploy/latency-table/1",
+    {"schema": "dnarch-deploy/latency-table/2",
      "header": {"cpu": "AMD EPYC", "cpu_count": 16, "threads": 1, "batches": [1, 32],
                 "versions": {"onnxruntime": ..., "torch": ..., "onnx": ..., "python": "3.11",
                              "dnarch-deploy": ...},
@@ -23,7 +23,7 @@ of a call: ``header["overhead_ms"]`` (per batch, optional) is the median time of
 running one Identity node, subtracted from every point when measured (at most 90 % of a point)
 and priced once per network (:meth:`LatencyTable.overhead`). Each point is its own session
 call, and a network of 20 operators is one call: without the subtraction the table prices 20
-calls' fixed cost (the bundled table's: 6.7 us at batch 1, more than most operators of a small
+calls' fixed cost (the bundled table's: 7.0 us at batch 1, more than most operators of a small
 network take).
 
 Prediction (:meth:`LatencyTable.predict_ms`): piecewise-linear in log(MACs)-log(ms) through the
@@ -74,7 +74,9 @@ from .io import atomic_write_text
 from .operators import CONV_TACTICS, RESAMPLE_FORMS
 from .tasks.cache import cache_root
 
-SCHEMA = "dnarch-deploy/latency-table/1"
+# 2: points record their rank and a resampling's axis, measured on opset-20 lowerings (one Gelu
+# node, 1x1 layers as Conv); a table of schema 1 was timed on other graphs and is not used
+SCHEMA = "dnarch-deploy/latency-table/2"
 # the operator kinds of dnarch_deploy.operators: a pointwise linear map (measured: a 1x1 Conv
 # plus bias), an elementwise op (measured: GELU), each convolution tactic, each resampling form
 KINDS = ("linear", "pointwise", *(f"conv.{t}" for t in CONV_TACTICS),
@@ -91,8 +93,8 @@ class Point(NamedTuple):
     macs: float  # multiply-accumulates per sample
     ms: float  # median milliseconds for the whole batch
     shape: str = ""  # what was measured, for the reader
-    dims: int = 1  # spatial axes of the measured input: 1 (a sequence) or 2 (an image)
-    axis: int | None = None  # a resampling's axis (0: an image's rows, the slow one to resample)
+    dims: int = 1  # spatial axes of the measured input: 1 (a sequence), 2 (an image) or 3
+    axis: int | None = None  # a resampling's spatial axis (on an image, 0 is the slow one)
 
 
 # --- this machine ---------------------------------------------------------------------------------
@@ -315,9 +317,9 @@ def _point(p: object, where: str) -> Point:
     if not ok:
         raise ValueError(f"{where}: point {p!r} needs positive finite 'macs' and 'ms'")
     dims, axis = p.get("dims", 1), p.get("axis")
-    if dims not in (1, 2, 3) or isinstance(dims, bool):
+    if type(dims) is not int or dims not in (1, 2, 3):
         raise ValueError(f"{where}: point {p!r} has 'dims' {dims!r}, not 1, 2 or 3")
-    if axis is not None and (isinstance(axis, bool) or axis not in range(dims)):
+    if axis is not None and (type(axis) is not int or axis not in range(dims)):
         raise ValueError(f"{where}: point {p!r} has 'axis' {axis!r}, not one of its {dims} axes")
     return Point(float(p["macs"]), float(p["ms"]), str(p.get("shape", "")), dims, axis)
 

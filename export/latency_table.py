@@ -90,7 +90,8 @@ class Case:
 
 
 class Linear(nn.Module):
-    """A 1x1 layer as export's blocks compute it: one Conv node with its bias."""
+    """A 1x1 layer as export's blocks compute it: one Conv node with its bias. (A block's first
+    layer then adds its per-position bias map, an Add the table does not price.)"""
 
     def __init__(self, channels: int):
         super().__init__()

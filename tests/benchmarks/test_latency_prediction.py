@@ -1,5 +1,6 @@
-"""benchmarks/latency_prediction.py as a user runs it: one row per shape and batch whose ratio
-error is what its other columns say, and bad arguments refused with one message."""
+"""benchmarks/latency_prediction.py as a user runs it: the header, one row per shape and batch
+with positive figures whose medians lie in their ranges, and bad arguments refused with one
+message."""
 
 from __future__ import annotations
 

@@ -292,9 +292,9 @@ def test_latency_units_price_each_operator_of_the_described_network(case, state)
     found = describe(model)
     assert float(cost["total"].detach()) == pytest.approx(architecture_cost(found, units), rel=1e-9)
     dims = len(found.input_size)  # an image's operators are priced by the table's 2-D points,
-    # a resampling by those along its axis (down<a>, up<a>)
-    by_hand = [sum(units.table.predict_ms(op.kind, op.macs, 32, dims,
-                                          int(n[-1]) if n[:2] in ("do", "up") else None)
+    # a resampling by those along its axis
+    axis = {"down0": 0, "down1": 1, "up0": 0, "up1": 1}
+    by_hand = [sum(units.table.predict_ms(op.kind, op.macs, 32, dims, axis.get(n))
                    for n, op in ops.items()) for ops in architecture_operators(found)]
     blocks = [v for k, v in layer_costs(found, units).items() if k.startswith("blocks.")]
     assert blocks == pytest.approx(by_hand, rel=1e-12)

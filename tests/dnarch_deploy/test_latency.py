@@ -247,7 +247,7 @@ def test_no_cached_table_is_quiet_when_the_bundled_one_was_measured_here(cache, 
 
 
 def damaged(path: Path) -> None:
-    path.write_text('{"schema": "dnarch-deploy/latency-table/1", "header": {')
+    path.write_text('{"schema": "dnarch-deploy/latency-table/2", "header": {')
 
 
 def wrong_schema(path: Path) -> None:
@@ -278,6 +278,17 @@ def bad_axis(path: Path) -> None:
     path.write_text(json.dumps(data))
 
 
+def float_dims(path: Path) -> None:
+    data = table().to_json()
+    data["points"]["1"]["linear"][0]["dims"] = 2.0
+    path.write_text(json.dumps(data))
+
+
+def schema_1(path: Path) -> None:
+    """A table written before points recorded their rank, timed on other graphs."""
+    path.write_text(json.dumps({**table().to_json(), "schema": "dnarch-deploy/latency-table/1"}))
+
+
 def unreadable(path: Path) -> None:
     path.mkdir()  # a directory where the file should be
 
@@ -303,6 +314,8 @@ FAULTS = {
     "bad point": (bad_point, "positive"),
     "bad dims": (bad_dims, "dims"),
     "bad axis": (bad_axis, "axis"),
+    "float dims": (float_dims, "dims"),
+    "schema 1": (schema_1, "schema"),
     "unreadable": (unreadable, "cannot be used"),
     "other machine": (other_machine, "Other CPU 9000"),
     "other versions": (other_versions, "onnxruntime 0.0.1"),
