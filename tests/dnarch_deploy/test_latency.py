@@ -260,28 +260,13 @@ def missing_kind(path: Path) -> None:
     path.write_text(json.dumps(data))
 
 
-def bad_point(path: Path) -> None:
-    data = table().to_json()
-    data["points"]["1"]["linear"][0]["ms"] = -1
-    path.write_text(json.dumps(data))
-
-
-def bad_dims(path: Path) -> None:
-    data = table().to_json()
-    data["points"]["1"]["linear"][0]["dims"] = 4
-    path.write_text(json.dumps(data))
-
-
-def bad_axis(path: Path) -> None:
-    data = table().to_json()
-    data["points"]["1"]["resample.dense"][0]["axis"] = 1  # a 1-D point has axis 0 only
-    path.write_text(json.dumps(data))
-
-
-def float_dims(path: Path) -> None:
-    data = table().to_json()
-    data["points"]["1"]["linear"][0]["dims"] = 2.0
-    path.write_text(json.dumps(data))
+def point_with(kind: str, key: str, value):
+    """A fault: the first point of ``kind`` at batch 1 with ``key`` set to ``value``."""
+    def write(path: Path) -> None:
+        data = table().to_json()
+        data["points"]["1"][kind][0][key] = value
+        path.write_text(json.dumps(data))
+    return write
 
 
 def schema_1(path: Path) -> None:
@@ -311,10 +296,10 @@ FAULTS = {
     "damaged": (damaged, "not JSON"),
     "wrong schema": (wrong_schema, "schema"),
     "missing kind": (missing_kind, "conv.dft"),
-    "bad point": (bad_point, "positive"),
-    "bad dims": (bad_dims, "dims"),
-    "bad axis": (bad_axis, "axis"),
-    "float dims": (float_dims, "dims"),
+    "bad point": (point_with("linear", "ms", -1), "positive"),
+    "bad dims": (point_with("linear", "dims", 4), "dims"),
+    "bad axis": (point_with("resample.dense", "axis", 1), "axis"),  # a 1-D point: axis 0 only
+    "float dims": (point_with("linear", "dims", 2.0), "dims"),
     "schema 1": (schema_1, "schema"),
     "unreadable": (unreadable, "cannot be used"),
     "other machine": (other_machine, "Other CPU 9000"),
