@@ -63,7 +63,8 @@ def random_state(model: DNArch, rng: torch.Generator) -> None:
 
     with torch.no_grad():
         depth = int(torch.randint(1, D + 1, (), generator=rng))
-        model.mask_depth.fill_(M.sigmoid_mu_for_size(depth - 0.5 + 0.4, c.tau_depth, D, T))
+        # a size just under `depth`: the last block's weight 0.9, not on a rounding edge
+        model.mask_depth.fill_(M.sigmoid_mu_for_size(depth - 0.1, c.tau_depth, D, T))
         for b in range(D):
             for i in range(3):
                 model.mask_width[b, i] = M.sigmoid_mu_for_size(u(H / 8, H), c.tau_width, H, T)

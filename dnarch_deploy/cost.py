@@ -249,7 +249,7 @@ def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> 
     """
     c = model.config
     z = model_sizes(model, plan)
-    length = float(math.prod(c.input_size))
+    length, dims = float(math.prod(c.input_size)), len(c.input_size)
     names = list(dict.fromkeys(n for ops in z["operators"] for n in ops))
     blocks, device = {}, z["weights"].device
     for name in names:
@@ -260,10 +260,8 @@ def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> 
         scale = torch.where(hard > 0, hard / proxy.detach().clamp_min(1e-30), 0.0)
         macs = proxy * scale  # the lowered MACs in value, the proxy's gradient
         blocks[name] = sum(torch.where(torch.tensor([k == kind for k in kinds], device=device),
-                                       units.of(kind, macs, len(c.input_size), _axis(name)),
-                                       0.0)
+                                       units.of(kind, macs, dims, _axis(name)), 0.0)
                            for kind in sorted(set(kinds) - {""}))
-    dims = len(c.input_size)
     enc = _edge(encoder_cost(length, 0 if c.vocab_size else c.in_channels, z["stream"]), units,
                 dims)
     dec = _edge(decoder_cost(length, z["stream"], c.out_channels, c.dense), units, dims)
@@ -362,9 +360,7 @@ def architecture_operators(arch) -> list[dict[str, Operator]]:
 def _layers(size, in_channels, out_channels, dense, stream, operators, units: Units
             ) -> dict[str, float]:
     """Per layer (``encoder``, ``blocks.0`` ..., ``decoder``), a frozen network's cost."""
-    length = float(math.prod(size))
-
-    dims = len(size)
+    length, dims = float(math.prod(size)), len(size)
 
     def edge(terms: dict) -> float:
         return float(sum(_edge(terms, units, dims).values()))
