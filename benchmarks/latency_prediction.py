@@ -12,6 +12,9 @@ error) and the ratio to the base, predicted against measured (what a budget reli
     python benchmarks/latency_prediction.py --networks 8
     python benchmarks/latency_prediction.py --table /path/to/table.json --shapes 150 8x8
 
+A `--table` that cannot be read is an error (it is the table to judge); without one, the table
+`--cost latency` would use.
+
 Weights are random and BatchNorm is calibrated on random inputs: latency does not depend on them.
 """
 
@@ -30,7 +33,7 @@ import torch
 from dnarch_deploy import DNArch, ModelConfig
 from dnarch_deploy import masks as M
 from dnarch_deploy.cost import Units, architecture_cost
-from dnarch_deploy.latency import cpu_model, load_table
+from dnarch_deploy.latency import LatencyTable, cpu_model, load_table
 from export.calibration import calibrate
 from export.emit import to_onnx
 from export.lowering import lower
@@ -106,7 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     opt = p.parse_args(argv)
     if opt.networks < 1 or min(opt.batch) < 1 or opt.threads < 1:
         p.error("--networks, --batch and --threads must be >= 1")
-    table = load_table(opt.table, threads=opt.threads)
+    if opt.table is None:
+        table = load_table(threads=opt.threads)
+    else:  # the table asked to be judged, or nothing (no fall-back to another)
+        try:
+            table = LatencyTable.load(opt.table)
+        except (OSError, ValueError) as e:
+            p.error(f"--table {opt.table}: {e}")
     torch.set_num_threads(opt.threads)
     rng = torch.Generator().manual_seed(opt.seed)
 

@@ -42,6 +42,7 @@ def test_one_row_per_shape_and_batch():
     (["--networks", "0"], "--networks, --batch and --threads must be >= 1"),
     (["--shapes", "3x3x3"], "a shape is 1-D or 2-D"),
     (["--shapes", "long"], "a shape is LENGTH or HxW"),
+    (["--table", "/nonexistent/table.json"], "--table /nonexistent/table.json: "),
 ])
 def test_bad_arguments_are_one_message(args, says):
     done = run(*args)
