@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 # 20: GELU is one Gelu node (at 18 it is five: Div, Erf, Add, Mul, Mul, which onnxruntime does not
-# fuse; 1.2x slower on small networks). Gelu is an ONNX function op: a backend without a kernel
+# fuse, and five passes over the tensor). Gelu is an ONNX function op: a backend without a kernel
 # for it runs its Erf body. DFT takes its axis as an input; onnxruntime >= 1.25 runs it.
 OPSET = 20
 MAX_BATCH = 1 << 16
