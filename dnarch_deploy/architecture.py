@@ -68,8 +68,18 @@ class Architecture:
     max_width: int = 0
     epoch: int | None = None
     vocab_size: int = 0  # > 0: token inputs, the encoder a table look-up
+    # the global decoder's reductions over positions, in the order its head reads them ([] for
+    # a dense decoder; None in files from before it was recorded: see decoder_pooling)
+    pooling: list[str] | None = None
     schema: str = SCHEMA
     version: int = VERSION
+
+    def decoder_pooling(self) -> list[str]:
+        """``pooling``; for files from before it was recorded, the mean alone (a global
+        decoder) or nothing (a dense one)."""
+        if self.pooling is not None:
+            return list(self.pooling)
+        return [] if self.dense else ["mean"]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -110,6 +120,9 @@ class Architecture:
         _expect(epoch is None or _nonneg_int(epoch), where, "epoch", "null or an integer >= 0")
         vocab_size = data.get("vocab_size", 0)  # absent in files from before it was recorded
         _expect(_nonneg_int(vocab_size), where, "vocab_size", "an integer >= 0", vocab_size)
+        pooling = data.get("pooling")  # absent in files from before it was recorded
+        _expect(pooling is None or _pooling(pooling), where, "pooling",
+                _pooling.__doc__, pooling)
         blocks = _field(data, "blocks", lambda v: isinstance(v, list), where)
         block_fields = {
             "index": _nonneg_int,
@@ -139,7 +152,7 @@ class Architecture:
         _expect(
             len(parsed) == kwargs["depth"], where, "depth", f"the number of blocks ({len(parsed)})"
         )
-        return cls(**kwargs, blocks=parsed, epoch=epoch, vocab_size=vocab_size)
+        return cls(**kwargs, blocks=parsed, epoch=epoch, vocab_size=vocab_size, pooling=pooling)
 
     @classmethod
     def load(cls, path: str | Path) -> Architecture:
@@ -165,6 +178,12 @@ def _expect(ok: bool, where: str, key: str, what: str, value: object = None) -> 
     if not ok:
         got = f", got {value!r}" if value is not None else ""
         raise SchemaError(f"{where}: field '{key}' must be {what}{got}")
+
+
+def _pooling(v) -> bool:
+    """null or a list of distinct reductions among 'mean' and 'max'"""
+    return (isinstance(v, list) and all(r in ("mean", "max") for r in v)
+            and len(set(v)) == len(v))
 
 
 def _pos_int(v) -> bool:
@@ -237,6 +256,7 @@ def describe(model, epoch: int | None = None) -> Architecture:
         max_width=c.max_width,
         epoch=epoch,
         vocab_size=c.vocab_size,
+        pooling=list(c.pooling),
     )
 
 
@@ -300,6 +320,9 @@ def set_masks(model, arch: Architecture) -> None:
         if (list(want) if key == "input_size" else want) != (
                 list(have) if key == "input_size" else have):
             raise ValueError(f"architecture field '{key}' is {want!r}; the model has {have!r}")
+    if arch.decoder_pooling() != list(c.pooling):
+        raise ValueError(f"architecture field 'pooling' is {arch.decoder_pooling()!r}; the model "
+                         f"has {list(c.pooling)!r}")
     H, D, T = c.max_width, c.max_depth, c.threshold
     offset = math.log(1.0 / (1.0 - T) - 1.0)  # mu = x_T + offset / tau (eq. 4 inverted)
 

@@ -85,10 +85,20 @@ def encoder_cost(length: Size, in_channels: int, stream: Size) -> dict:
             "gelu": pointwise_cost(length, stream)}
 
 
-def decoder_cost(length: Size, stream: Size, out_channels: int, dense: bool) -> dict:
-    if dense:
+def decoder_cost(length: Size, stream: Size, out_channels: int, pooling) -> dict:
+    """The decoder as deployed: a dense one (``pooling`` empty) a linear map per position; a
+    global one each reduction over the positions (``pooling``: ModelConfig.pooling) and a
+    linear head on their outputs."""
+    if not pooling:
         return {"linear": linear_cost(length, stream, out_channels)}
-    return {"pool": pointwise_cost(length, stream), "linear": linear_cost(1, stream, out_channels)}
+    heads = len(pooling)
+    return {"pool": heads * pointwise_cost(length, stream),
+            "linear": linear_cost(1, heads * stream, out_channels)}
+
+
+def decoder_heads(pooling) -> int:
+    """Weight matrices of the decoder: one per reduction (``pooling``), one if dense."""
+    return max(1, len(pooling))
 
 
 def _straight_through(soft: Tensor, hard: Tensor) -> Tensor:
@@ -264,7 +274,7 @@ def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> 
                            for kind in sorted(set(kinds) - {""}))
     enc = _edge(encoder_cost(length, 0 if c.vocab_size else c.in_channels, z["stream"]), units,
                 dims)
-    dec = _edge(decoder_cost(length, z["stream"], c.out_channels, c.dense), units, dims)
+    dec = _edge(decoder_cost(length, z["stream"], c.out_channels, c.pooling), units, dims)
     per_block = sum(blocks.values())
     total = (sum(enc.values()) + sum(dec.values()) + (z["weights"] * per_block).sum()
              + units.per_call)
@@ -291,7 +301,7 @@ def model_params(model: DNArch, plan: Plan | None = None) -> Tensor:
     return network_params(in_channels=c.in_channels, out_channels=c.out_channels,
                           stream=z["stream"], n_in=z["n_in"], n_mid=z["n_mid"], n_out=z["n_out"],
                           taps=math.prod(_deployed_taps(z, c.input_size)),
-                          block_weights=z["weights"])
+                          block_weights=z["weights"], heads=decoder_heads(c.pooling))
 
 
 def base_cost(config, units: Units = MACS) -> float:
@@ -300,7 +310,7 @@ def base_cost(config, units: Units = MACS) -> float:
     size, H = tuple(config.input_size), config.width
     ops = block_operators(size, size, H, H, H, tuple(config.max_kernel), (False,) * len(size))
     return sum(_layers(size, 0 if config.vocab_size else config.in_channels, config.out_channels,
-                       config.dense, H, [ops] * config.depth, units).values()) + units.per_call
+                       config.pooling, H, [ops] * config.depth, units).values()) + units.per_call
 
 
 def cost_range(config, units: Units = MACS) -> tuple[float, float]:
@@ -357,7 +367,7 @@ def architecture_operators(arch) -> list[dict[str, Operator]]:
             for b in arch.blocks]
 
 
-def _layers(size, in_channels, out_channels, dense, stream, operators, units: Units
+def _layers(size, in_channels, out_channels, pooling, stream, operators, units: Units
             ) -> dict[str, float]:
     """Per layer (``encoder``, ``blocks.0`` ..., ``decoder``), a frozen network's cost."""
     length, dims = float(math.prod(size)), len(size)
@@ -370,7 +380,7 @@ def _layers(size, in_channels, out_channels, dense, stream, operators, units: Un
         **{f"blocks.{i}": float(sum(units.of(op.kind, op.macs, dims, _axis(name))
                                     for name, op in ops.items()))
            for i, ops in enumerate(operators)},
-        "decoder": edge(decoder_cost(length, float(stream), out_channels, dense)),
+        "decoder": edge(decoder_cost(length, float(stream), out_channels, pooling)),
     }
 
 
@@ -379,7 +389,7 @@ def layer_costs(arch, units: Units = MACS) -> dict[str, float]:
     ``blocks.0`` ... (the blocks in use, in order), ``decoder``; the values plus the call's
     fixed cost (``units.per_call``) sum to :func:`architecture_cost`."""
     return _layers(tuple(arch.input_size), 0 if arch.vocab_size else arch.in_channels,
-                   arch.out_channels, arch.dense, arch.stream_width,
+                   arch.out_channels, arch.decoder_pooling(), arch.stream_width,
                    architecture_operators(arch), units)
 
 
@@ -391,16 +401,16 @@ def architecture_cost(arch, units: Units = MACS) -> float:
 
 def network_params(*, in_channels: int, out_channels: int, stream: Size, n_in: Tensor,
                    n_mid: Tensor, n_out: Tensor, taps: Tensor,
-                   block_weights: Tensor | None = None) -> Size:
+                   block_weights: Tensor | None = None, heads: int = 1) -> Size:
     """Parameters of a deployed (materialised) network from its sizes: sampled kernels (``taps``:
-    per block, the product over the axes), folded norms and pointwise layers; the kernel network
-    and masks are gone after export. Block arguments are (D,) tensors, weighted by
-    ``block_weights`` (default 1)."""
+    per block, the product over the axes), folded norms and pointwise layers, the decoder's
+    ``heads`` weight matrices (:func:`decoder_heads`); the kernel network and masks are gone after
+    export. Block arguments are (D,) tensors, weighted by ``block_weights`` (default 1)."""
     blocks = n_in * taps + n_in + n_in * n_mid + n_mid + n_mid * n_out + n_out
     if block_weights is not None:
         blocks = blocks * block_weights
     encoder = in_channels * stream + stream  # norm folded
-    return encoder + blocks.sum() + stream * out_channels + out_channels
+    return encoder + blocks.sum() + heads * stream * out_channels + out_channels
 
 
 def architecture_params(arch) -> int:
@@ -414,7 +424,8 @@ def architecture_params(arch) -> int:
         in_channels=arch.in_channels, out_channels=arch.out_channels,
         stream=float(arch.stream_width), n_in=column(b.n_in for b in blocks),
         n_mid=column(b.n_mid for b in blocks), n_out=column(b.n_out for b in blocks),
-        taps=column(math.prod(b.deployed_taps(arch.input_size, arch.learn)) for b in blocks)))))
+        taps=column(math.prod(b.deployed_taps(arch.input_size, arch.learn)) for b in blocks),
+        heads=decoder_heads(arch.decoder_pooling())))))
 
 
 def limit_loss(value: Tensor, limit: float) -> Tensor:

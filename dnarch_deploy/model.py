@@ -8,7 +8,7 @@
             -> pointwise n_in -> n_mid, * m_mid -> GELU -> dropout
             -> pointwise n_mid -> n_out, * m_out * depth weight -> upsample to S
             -> added to stream[:, :n_out]        (the identity branch is never masked)
-      --> Decoder: global average pool + pointwise (classification), or pointwise (dense)
+      --> Decoder: global average (and max) pool + linear (classification), or pointwise (dense)
 
 Maximum sizes are instantiated; the masks choose the part in use and only that part is computed
 (paper §2.1.1): each forward first draws a :class:`Plan` (discrete sizes and mask values), then
@@ -41,6 +41,9 @@ from .spectral import (
 
 LEARNABLE = "KRWD"  # K: kernel size, R: resolution, W: width, D: depth
 INPUT_NORMS = ("dataset", "sample")
+# The global decoder's pooling over positions: the reductions whose outputs the linear head reads,
+# one weight matrix each.
+POOLINGS = {"avg": ("mean",), "avgmax": ("mean", "max")}
 # A sample channel whose std is below this share of the training set's is treated as constant
 # (ModelConfig.sample_floor). Low enough to keep quiet samples: PLAID's per-sample stds span
 # 1.3e-6 to 5 times the set's, and at 1e-3 its 43% quietest training series reached the network
@@ -106,6 +109,11 @@ class ModelConfig:
     # their own positions (see standardise), for data whose scale varies from sample to sample
     input_norm: str = "dataset"
     sample_floor: float = SAMPLE_NORM_FLOOR  # input_norm="sample": see SAMPLE_NORM_FLOOR
+    # Global decoders: "avgmax" reads the mean and the maximum of every stream channel over the
+    # positions, "avg" the mean only (the paper's CCNN). The maximum says whether a pattern occurs
+    # anywhere, which a mean of a long sequence dilutes: on the bundled UCR sets (3 seeds,
+    # benchmarks/ucr_quality.py) it lifted the long and small ones (README, "Default quality").
+    pool: str = "avgmax"
     input_mean: list[float] = field(default_factory=list)  # per input channel; empty = 0
     input_std: list[float] = field(default_factory=list)  # per input channel; empty = 1
     output_mean: list[float] = field(default_factory=list)  # dense targets; empty = 0
@@ -132,6 +140,8 @@ class ModelConfig:
             raise ValueError(f"sample_floor must be > 0, got {self.sample_floor}")
         if self.input_norm not in INPUT_NORMS:
             raise ValueError(f"input_norm must be one of {INPUT_NORMS}, got {self.input_norm!r}")
+        if self.pool not in POOLINGS:
+            raise ValueError(f"pool must be one of {tuple(POOLINGS)}, got {self.pool!r}")
 
     def learns(self, what: str) -> bool:
         return what in self.learn
@@ -143,6 +153,12 @@ class ModelConfig:
     @property
     def max_width(self) -> int:
         return 2 * self.width if self.learns("W") else self.width
+
+    @property
+    def pooling(self) -> tuple[str, ...]:
+        """The decoder's reductions over positions, in the order the head reads them (none for
+        a dense decoder)."""
+        return () if self.dense else POOLINGS[self.pool]
 
     @property
     def max_kernel(self) -> tuple[int, ...]:
@@ -393,6 +409,9 @@ class DNArch(nn.Module):
         self.dec_w = nn.Parameter(torch.empty(c.out_channels, H))
         self.dec_b = nn.Parameter(torch.zeros(c.out_channels))
         nn.init.kaiming_uniform_(self.dec_w, a=math.sqrt(5))
+        if "max" in c.pooling:  # the head's weights on the channels' maxima
+            self.dec_w_max = nn.Parameter(torch.empty(c.out_channels, H))
+            nn.init.kaiming_uniform_(self.dec_w_max, a=math.sqrt(5))
         # --- mask parameters (all named mask_*: their own optimiser group, clamped after each step)
         if c.learns("K"):
             sigma = [M.sigma_for_kernel(t, k, c.threshold)
@@ -631,7 +650,11 @@ class DNArch(nn.Module):
             y = _pointwise(h, self.dec_w[:, :s], self.dec_b)  # (B, C_out, *S)
             shape = (1, -1) + (1,) * (y.dim() - 2)
             return y * self.output_std.view(shape) + self.output_mean.view(shape)
-        return F.linear(h.flatten(2).mean(-1), self.dec_w[:, :s], self.dec_b)  # (B, classes)
+        h = h.flatten(2)
+        y = F.linear(h.mean(-1), self.dec_w[:, :s], self.dec_b)  # (B, classes)
+        if "max" in self.config.pooling:
+            y = y + F.linear(h.amax(-1), self.dec_w_max[:, :s])
+        return y
 
     def sample_eps(self) -> Tensor:
         """The variance floor of input_norm="sample": (sample_floor x the training set's

@@ -53,6 +53,7 @@ CONFIG_KEYS = ("schema", "version", "task", "seed", "model", "train")
 MODEL_FIELDS_BEFORE = {
     "initial_kernel": 0,  # kernels started global
     "sample_floor": 1e-3,  # input_norm="sample" variance floor
+    "pool": "avg",  # the global decoder read the channels' means only
 }
 SUMMARY_KEYS = (
     "task", "learn", "metric_name", "test_metric", "complexity_ratio", "params", "macs",

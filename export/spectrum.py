@@ -7,17 +7,19 @@ dominate a found network at long lengths. Both are spectral, and touch only the 
 ``down(h)`` reads the first R//2+1 DFT bins of h, ``up(z)`` adds to h only bins below R//2+1.
 So the stream can be carried as its first K = max_b R_b//2+1 DFT bins instead:
 
-    S = DFT_L(encoder(x))[:K]                          once, L samples      (ToSpectrum)
+    S = S_enc = DFT_L(h0)[:K], h0 = encoder(x)           once, L samples      (SpectrumStream)
     block b:  z = f_b(IDFT_R(c S[:keep]))              R samples            (FromSpectrum)
               S[:n_out] += d DFT_R(z)[:keep]           R samples            (ToSpectrum)
-    decoder:  mean over positions of h = S_0 / L                             (SpectrumMean)
+    decoder:  mean over positions of h = S_0 / L                             (SpectrumStream)
+              h itself, for a maximum: h0 + IDFT_L(S - S_enc)   L samples    (SpectrumStream)
 
 with c the down-resampling's bin weights (resolution mask, Nyquist handling, rfft's 1/L:
 :func:`export.resampling.resample_bin_weights`) and d = L c'_0 on DC and L c'_k / 2 above it,
 c' the up-resampling's weights: the DFT of the real signal ``up(z)`` at a bin 0 < k < L/2 gets
 half of that bin's weight, and its mirror image lands at L - k, beyond K. The same linear maps,
 reordered: exact up to rounding. Each block's transforms now cost its own R samples instead of L;
-the stream pays one forward transform of L samples. Each transform is one dense MatMul or a
+the stream pays one forward transform of L samples (and one inverse where the decoder pools by
+the maximum). Each transform is one dense MatMul or a
 four-step half (:func:`dnarch_deploy.operators.spectrum_form`).
 
 Applies (:func:`why_not`) to 1-D inputs with a pooling decoder when every block crops; which
@@ -142,15 +144,35 @@ class FromSpectrum(nn.Module):
         return f"{self.bins} bins -> {self.length} samples, {self.form}"
 
 
-class SpectrumMean(nn.Module):
-    """The mean over positions of each line from its spectrum: DC / L, as (..., 1)."""
+class SpectrumStream(nn.Module):
+    """Into the stream's spectrum after the encoder, and out of it for the decoder.
 
-    def __init__(self, length: int):
+    ``enter``: the first K bins of the encoder's output h0 (:class:`ToSpectrum`). ``leave``: what
+    the decoder pools. For a mean, one value per line, DC / L, whose mean is the stream's mean.
+    For a maximum too, the stream itself: h0 plus the blocks' sum, the inverse DFT of what they
+    added to the bins, S - S0. That sum is real and its spectrum lies in bins below K and their
+    mirror images: weights 1 / L on DC (and on a Nyquist bin L / 2) and 2 / L on the others
+    (:class:`FromSpectrum`), one transform of L samples."""
+
+    def __init__(self, length: int, bins: int, positions: bool, dtype: torch.dtype):
         super().__init__()
         self.length = length
+        self.into = ToSpectrum(length, bins, dtype=dtype)
+        k = np.arange(bins)
+        c = np.where((k == 0) | (2 * k == length), 1.0, 2.0) / length
+        self.back = FromSpectrum(length, c, dtype) if positions else None
 
-    def forward(self, s: Tensor) -> Tensor:
-        return s[..., 0, :1] / self.length
+    @property
+    def out_bins(self) -> int:
+        return self.into.out_bins
+
+    def enter(self, h: Tensor) -> Tensor:
+        return self.into(h)
+
+    def leave(self, s: Tensor, start: Tensor, h: Tensor) -> Tensor:
+        if self.back is None:
+            return s[..., 0, :1] / self.length
+        return h + self.back(s - start)
 
 
 def why_not(static: StaticNet) -> str | None:
@@ -182,7 +204,7 @@ def carry_spectrum(lowered: StaticNet, dtype: torch.dtype = torch.float32) -> St
     length = int(net.spec["spatial"][0])
     keeps = [int(b.bias1.shape[-1]) // 2 + 1 for b in net.blocks]
     bins = max(keeps)
-    net.encoder.spectrum = ToSpectrum(length, bins, dtype=dtype)
+    net.spectrum = SpectrumStream(length, bins, "max" in net.decoder.pooling, dtype)
     for block, keep in zip(net.blocks, keeps):
         down, resolution = block.down[0], int(block.bias1.shape[-1])
         mask = None if down.mask is None else down.mask.double().numpy()
@@ -195,5 +217,4 @@ def carry_spectrum(lowered: StaticNet, dtype: torch.dtype = torch.float32) -> St
         # what architecture.json records per axis: the resampling each half stands for
         block.down[0].sizes, block.up[0].sizes = (length, resolution), (resolution, length)
         block.resample_tactics = {"down": [SPECTRUM], "up": [SPECTRUM]}
-    net.decoder.spectrum = SpectrumMean(length)
     return net.eval()

@@ -95,7 +95,6 @@ class Encoder(nn.Module):
         self.register_buffer("bias", bias)  # (s,); unused for tokens (folded into the table)
         # input_norm="sample": each sample standardised first (not a fixed affine map)
         self.register_buffer("sample_eps", sample_eps)
-        self.spectrum: nn.Module | None = None  # set by export.spectrum.carry_spectrum
 
     def forward(self, x: Tensor) -> Tensor:
         if self.sample_eps is not None:
@@ -105,8 +104,7 @@ class Encoder(nn.Module):
             h = h.permute(0, h.dim() - 1, *range(1, h.dim() - 1))  # (B, s, *S)
         else:
             h = pointwise(x, self.weight, self.bias)
-        h = F.gelu(h)
-        return h if self.spectrum is None else self.spectrum(h)
+        return F.gelu(h)
 
 
 class StaticBlock(nn.Module):
@@ -150,21 +148,29 @@ class StaticBlock(nn.Module):
 
 class Decoder(nn.Module):
     """Dense: pointwise linear with the output de-normalisation folded in. Global: mean over
-    positions, then linear."""
+    positions, then linear; with ``weight_max``, plus a linear map of the maximum over positions
+    (ModelConfig.pool "avgmax")."""
 
-    def __init__(self, weight: Tensor, bias: Tensor, dense: bool):
+    def __init__(self, weight: Tensor, bias: Tensor, dense: bool, weight_max: Tensor | None = None):
         super().__init__()
         self.dense = dense
         self.register_buffer("weight", weight)  # (C_out, s)
         self.register_buffer("bias", bias)  # (C_out,)
-        self.spectrum: nn.Module | None = None  # set by export.spectrum.carry_spectrum
+        self.register_buffer("weight_max", weight_max)  # (C_out, s) or None
+
+    @property
+    def pooling(self) -> list[str]:
+        """The reductions over positions the head reads (Architecture.pooling)."""
+        return [] if self.dense else ["mean"] + (["max"] if self.weight_max is not None else [])
 
     def forward(self, h: Tensor) -> Tensor:
-        if self.spectrum is not None:  # the stream as its spectrum: its mean from DC
-            h = self.spectrum(h)
         if self.dense:
             return pointwise(h, self.weight, self.bias)
-        return F.linear(h.flatten(2).mean(-1), self.weight, self.bias)  # (B, C_out)
+        h = h.flatten(2)
+        y = F.linear(h.mean(-1), self.weight, self.bias)  # (B, C_out)
+        if self.weight_max is not None:
+            y = y + F.linear(h.amax(-1), self.weight_max)
+        return y
 
 
 class StaticNet(nn.Module):
@@ -174,12 +180,20 @@ class StaticNet(nn.Module):
         super().__init__()
         self.encoder, self.blocks, self.decoder = encoder, nn.ModuleList(blocks), decoder
         self.spec = spec  # input shape/dtype, output shape: what infer checks against
+        # the stream carried as its spectrum between encoder and decoder: set by
+        # export.spectrum.carry_spectrum
+        self.spectrum: nn.Module | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.encoder(x)  # (B, stream, *S)
+        if self.spectrum is None:
+            for block in self.blocks:
+                h = block(h)
+            return self.decoder(h)
+        s = start = self.spectrum.enter(h)  # (B, stream, 2, K)
         for block in self.blocks:
-            h = block(h)
-        return self.decoder(h)
+            s = block(s)
+        return self.decoder(self.spectrum.leave(s, start, h))
 
 
 # --- materialise ----------------------------------------------------------------------------------
@@ -236,7 +250,9 @@ def materialize(model: DNArch, frozen: Frozen) -> StaticNet:
     if c.dense:  # y * std + mean folded into the last linear map
         std, mean = model.output_std.double(), model.output_mean.double()
         w, b = w * std[:, None], b * std + mean
-    decoder = Decoder(w.to(f32), b.to(f32), dense=c.dense)
+    # a copy, as every buffer here: a slice of the parameter would share its storage
+    w_max = model.dec_w_max[:, :s].clone().to(f32) if "max" in c.pooling else None
+    decoder = Decoder(w.to(f32), b.to(f32), dense=c.dense, weight_max=w_max)
     return StaticNet(encoder, blocks, decoder, input_spec(model)).eval()
 
 

@@ -21,9 +21,9 @@ TOLERANCE = 1e-4  # max_rel every stage must meet
 ONNXRUNTIME_OPS = frozenset(
     {
         "Add", "Cast", "Concat", "Constant", "Conv", "DFT", "Div", "Erf", "Expand", "Gather",
-        "Gelu", "Gemm", "Identity", "MatMul", "Mul", "Neg", "Pad", "ReduceMean", "ReduceSum",
-        "Reshape", "Shape", "Slice", "Split", "Sqrt", "Squeeze", "Sub", "Tanh", "Transpose",
-        "Unsqueeze", "Where",
+        "Gelu", "Gemm", "Identity", "MatMul", "Mul", "Neg", "Pad", "ReduceMax", "ReduceMean",
+        "ReduceSum", "Reshape", "Shape", "Slice", "Split", "Sqrt", "Squeeze", "Sub", "Tanh",
+        "Transpose", "Unsqueeze", "Where",
     }
 )
 # TensorRT's ONNX parser: the same ops except DFT (no DFT before TensorRT 11.2, and

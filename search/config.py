@@ -16,7 +16,7 @@ from typing import Any
 from dnarch_deploy.cli import add_fields, given_flags
 from dnarch_deploy.cost import MACS, Units
 from dnarch_deploy.latency import load_table
-from dnarch_deploy.model import MAX_DEPTH, MAX_WIDTH, ModelConfig, canonical_learn
+from dnarch_deploy.model import MAX_DEPTH, MAX_WIDTH, POOLINGS, ModelConfig, canonical_learn
 
 # The automatic training length (--steps 0): AUTO_EPOCHS passes over the training split, clipped
 # to [MIN_STEPS, MAX_STEPS] optimiser steps, so that a 40-sample set still gets enough updates and
@@ -109,6 +109,9 @@ class SearchConfig:
     weight_decay: float = _f(0.01, "AdamW weight decay of the network weights")
     warmup: float = _f(0.05, "share of the training steps in linear learning-rate warm-up")
     dropout: float = _model("dropout", "dropout after the block's GELU")
+    pool: str = _model("pool", "classification decoder's pooling over positions: 'avgmax' (the "
+                       "mean and the maximum of every channel, one linear head on both) or "
+                       "'avg' (the mean only, the paper's)")
     # not ModelConfig's default: 'auto' is resolved per task (search.train.input_norm)
     input_norm: str = _f("auto", "input normalisation: 'sample' (each sample's channels to mean 0, "
                          "std 1), 'dataset' (the training set's channel statistics), or 'auto': "
@@ -171,6 +174,8 @@ class SearchConfig:
             (self.restarts >= 0, f"--restarts must be >= 0, got {self.restarts}"),
             (self.input_norm in ("auto", "sample", "dataset"), f"--input-norm must be auto, "
              f"sample or dataset, got {self.input_norm!r}"),
+            (self.pool in POOLINGS, f"--pool must be one of {', '.join(POOLINGS)}, "
+             f"got {self.pool!r}"),
             (0 <= self.warmup < 1, f"--warmup must be in [0, 1) (a share of the steps), "
              f"got {self.warmup}"),
             (self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, "

@@ -112,6 +112,10 @@ DAMAGES = {
         _set(["blocks", 1, "conv_taps"], [0]),
         "field 'blocks\\[1\\].conv_taps' must be a list of 1 or 2 integers >= 1",
     ),
+    "pooling": (
+        _set(["pooling"], ["max", "max"]),
+        "field 'pooling' must be null or a list of distinct reductions among 'mean' and 'max'",
+    ),
 }
 
 
@@ -196,8 +200,10 @@ def test_set_masks_keeps_masks_in_range():
         (lambda a: setattr(a, "input_size", [18]), r"'input_size' is \[18\]"),
         (lambda a: setattr(a.blocks[1], "index", 3), r"indices \[0, 3\]"),
         (lambda a: setattr(a.blocks[0], "resolution", [8]), r"blocks\[0\]\.resolution = 8"),
+        (lambda a: setattr(a, "pooling", ["mean"]),
+         r"'pooling' is \['mean'\]; the model has \['mean', 'max'\]"),
     ],
-    ids=["width", "input", "index", "resolution"],
+    ids=["width", "input", "index", "resolution", "pooling"],
 )
 def test_set_masks_names_what_the_model_cannot_hold(change, message):
     model = tiny_model(0, input_size=(17,))
@@ -238,3 +244,15 @@ def test_compare_with_base_is_zero_for_the_base_and_follows_its_definition():
     expected = (math.log2(c.depth) + 1 + 0 + math.log2(3)) / 4
     assert got["distance"] == pytest.approx(expected, abs=1e-4)
     assert got["kernel_size"] == [[5]] and got["width_range"] == [c.width // 2] * 2
+
+
+def test_files_from_before_pooling_was_recorded_read_as_mean_pooling(tmp_path):
+    """An architecture.json without ``pooling`` was written when every global decoder pooled by
+    the mean alone (and a dense one pooled nothing)."""
+    for dense, expected in ((False, ["mean"]), (True, [])):
+        data = json.loads(architecture("2d-dense-extremes" if dense else "1d-init").to_json())
+        assert data.pop("pooling") == ([] if dense else ["mean", "max"])
+        path = tmp_path / "architecture.json"
+        path.write_text(json.dumps(data))
+        old = Architecture.load(path)
+        assert old.pooling is None and old.decoder_pooling() == expected

@@ -27,6 +27,7 @@ CONFIGS = {
     "2d-classify": dict(input_size=(9, 12), in_channels=3),
     "2d-dense": dict(input_size=(8, 7), dense=True),
     "tokens": dict(input_size=(16,), vocab_size=11, in_channels=5),
+    "1d-mean-pool": dict(input_size=(17,), pool="avg"),
 }
 LEARN = ["KRWD", "none", "K", "R", "W", "D", "KWD"]
 
@@ -34,15 +35,17 @@ LEARN = ["KRWD", "none", "K", "R", "W", "D", "KWD"]
 def closed_form_base_cost(c, conv_taps=None) -> float:
     """CCNN_{D,H} written out by hand as export deploys it: encoder (linear with the norm folded,
     none for tokens; GELU), D blocks (the depthwise convolution at the tactic export picks by
-    cost, two H x H pointwise layers, GELU, residual; the norm folded), decoder (pool + linear, or
-    a linear per position). ``conv_taps``: the deployed kernel's taps (default the global
+    cost, two H x H pointwise layers, GELU, residual; the norm folded), decoder (each pooling
+    -- mean, and max with pool "avgmax" -- over L H values, and a linear on their H outputs each;
+    or a linear per position). ``conv_taps``: the deployed kernel's taps (default the global
     kernel's, K_max = S or S - 1 made odd)."""
     L, H, D = math.prod(c.input_size), c.width, c.depth
     taps = conv_taps or tuple(s if s % 2 else s - 1 for s in c.input_size)
     tactic = conv_by_cost(H, tuple(c.input_size), taps)
     encoder = L * (0 if c.vocab_size else c.in_channels) * H + L * H
     block = conv_macs(tactic, H, tuple(c.input_size), taps) + 2 * L * H * H + L * H + L * H
-    decoder = L * H * c.out_channels if c.dense else L * H + H * c.out_channels
+    pools = {"avg": 1, "avgmax": 2}[c.pool]
+    decoder = L * H * c.out_channels if c.dense else pools * (L * H + H * c.out_channels)
     return encoder + D * block + decoder
 
 
@@ -178,7 +181,7 @@ def test_cost_functions_at_the_materialised_sizes_match_flop_counter(case, seed,
         plan = model.plan()
     L = math.prod(c.input_size)
     expected = encoder_cost(L, c.in_channels, plan.stream)["linear"]
-    expected += decoder_cost(L, plan.stream, c.out_channels, c.dense)["linear"]
+    expected += decoder_cost(L, plan.stream, c.out_channels, c.pooling)["linear"]
     for p in plan.blocks:
         r = math.prod(p.resolution)
         expected += linear_cost(r, p.n_in, p.n_mid) + linear_cost(r, p.n_mid, p.n_out)

@@ -391,3 +391,31 @@ def test_sample_norm_makes_the_network_blind_to_each_samples_offset_and_scale():
     torch.testing.assert_close(model(moved), model(x), rtol=1e-6, atol=1e-6)
     dataset = tiny_model(0).eval()  # the same weights, normalised by the data set's statistics
     assert not torch.allclose(dataset(moved), dataset(x), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("pool", ["avg", "avgmax"])
+def test_the_global_decoder_reads_the_mean_and_the_maximum(pool):
+    """logits = W mean_t(h) + b (+ W_max max_t(h)): the stream h at the decoder's input, taken
+    from a hook, against the closed form."""
+    model = tiny_model(3, input_size=(9, 8), pool=pool)
+    seen = {}
+    last = model.plan().blocks[-1].index  # its output is the decoder's input
+    model.blocks[last].register_forward_hook(lambda m, i, out: seen.update(h=out))
+    x = torch.randn(4, 2, 9, 8, dtype=torch.float64)
+    with torch.no_grad():
+        y = model(x)
+    h = seen["h"].flatten(2)
+    s = h.shape[1]
+    expected = h.mean(-1) @ model.dec_w[:, :s].T + model.dec_b
+    if pool == "avgmax":
+        expected = expected + h.amax(-1) @ model.dec_w_max[:, :s].T
+    else:
+        assert not hasattr(model, "dec_w_max")
+    torch.testing.assert_close(y, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_pool_must_be_known():
+    with pytest.raises(ValueError, match="pool must be one of \\('avg', 'avgmax'\\), got 'max'"):
+        ModelConfig(in_channels=1, out_channels=2, input_size=(16,), pool="max")
+    dense = ModelConfig(in_channels=1, out_channels=2, input_size=(16,), dense=True)
+    assert dense.pooling == ()  # a dense decoder pools nothing

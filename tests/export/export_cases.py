@@ -29,6 +29,7 @@ def random_config(rng: random.Random, sample_norm: bool = False, long: bool = Fa
     # a local initial kernel (its gain and sigma) in a third of the 1-D cases; derived from
     # the length, not drawn, so that the random stream (and the cases) stay as they were
     initial_kernel = 5 if not two_d and length % 3 == 0 else 0
+    pool = "avg" if sum(size) % 2 else "avgmax"  # both decoders, also not drawn
     return ModelConfig(
         in_channels=cin,
         out_channels=out,
@@ -41,6 +42,7 @@ def random_config(rng: random.Random, sample_norm: bool = False, long: bool = Fa
         kernel_hidden=16,
         kernel_layers=2,
         initial_kernel=initial_kernel,
+        pool=pool,
         input_norm=norm,
         input_mean=mean,
         input_std=std,

@@ -4,6 +4,7 @@ theoretical MACs of what runs, where it applies, and the measured choice (export
 
 from __future__ import annotations
 
+import copy
 import re
 
 import numpy as np
@@ -226,15 +227,33 @@ def test_the_stream_form_is_not_timed_where_it_does_not_apply(monkeypatch):
 
 def test_the_spectral_stream_touches_fewer_samples():
     """The point of it: per block, two transforms of R samples instead of two resamplings through
-    L; on a long axis with heavy cropping the whole network does a fraction of the MACs."""
-    model = random_model(51, long=True)  # two blocks at 80 of 1522 samples
+    L; on a long axis with heavy cropping the whole network does a fraction of the MACs. A
+    decoder that pools by the maximum too pays one more transform back to the L samples, and the
+    add to the encoder's output."""
+    model = random_model(51, long=True)  # two blocks at 80 of 1522 samples, max pooling
     static = materialize(model, freeze(model))
+    assert static.decoder.pooling == ["mean", "max"]
     tactics = cheapest(tactic_costs(static))
-    per_axis = sum(v["theoretical"] for v in theoretical_costs(
-        lower(static, tactics, resample_tactics_by_cost(static))).values())
-    spectral = sum(v["theoretical"] for v in theoretical_costs(
-        lower(static, tactics, spectrum_resample(static))).values())
-    assert spectral < 0.5 * per_axis
+
+    def total(net, resample):
+        return sum(v["theoretical"] for v in theoretical_costs(lower(net, tactics,
+                                                                     resample)).values())
+
+    per_axis = total(static, resample_tactics_by_cost(static))
+    spectral = total(static, spectrum_resample(static))
+    stream, length = static.decoder.weight.shape[1], static.spec["spatial"][0]
+    back = carry_spectrum(static).spectrum.back
+    assert spectral < 0.6 * per_axis
+    mean_only = copy.deepcopy(static)
+    mean_only.decoder.weight_max = None  # the same network with a mean-pooling decoder
+    assert mean_only.decoder.pooling == ["mean"]
+    spectral_mean = total(mean_only, spectrum_resample(mean_only))
+    assert spectral_mean < 0.5 * total(mean_only, resample_tactics_by_cost(mean_only))
+    # the decoder's difference: the transform back and the add (L values per channel), both
+    # poolings over the L positions instead of the mean over one value, the max's linear head
+    head = static.decoder.weight.shape[0] * stream
+    assert spectral - spectral_mean == (stream * back.macs() + stream * length
+                                        + stream * (2 * length - 1) + head)
 
 
 def test_an_export_that_keeps_the_spectrum_ships_it_and_verifies(monkeypatch, tmp_path):
