@@ -109,11 +109,13 @@ def architecture_view(run: Path, key: str, wide: bool) -> None:
     if arch is None:
         st.info("No architecture yet: the search has not finished its first epoch.")
         return
-    st.caption(f"{what} · input {data.architecture_facts(arch)['input size']} · learn {arch.learn}")
+    facts = data.architecture_facts(arch)
+    st.caption(f"{what} · input {facts['input size']} · learn {arch.learn} · decoder "
+               f"{facts['decoder']}")
     a, b, c, d = st.columns(4)
     a.metric("stream width", arch.stream_width, help=f"maximum {arch.max_width}")
     b.metric("depth", arch.depth, help=f"maximum {arch.max_depth}")
-    c.metric("input size", data.architecture_facts(arch)["input size"])
+    c.metric("input size", facts["input size"])
     base = rundir.read_config(run)["model"]
     vs = compare_with_base(arch, base["depth"], base["width"])
     d.metric("distance from base", f"{vs['distance']:.2f}",

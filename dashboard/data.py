@@ -235,7 +235,9 @@ def snapshots_by_epoch(archs: list[Architecture]) -> dict[int, Architecture]:
 def architecture_facts(arch: Architecture) -> dict[str, Any]:
     return {"input size": _extent(arch.input_size), "stream width": arch.stream_width,
             "max width": arch.max_width, "depth": arch.depth, "max depth": arch.max_depth,
-            "learn": arch.learn, "dense": arch.dense, "epoch": arch.epoch}
+            "learn": arch.learn, "dense": arch.dense, "epoch": arch.epoch,
+            "decoder": ("linear per position" if arch.dense else
+                        " + ".join(arch.decoder_pooling()) + " pool, linear")}
 
 
 # --- the export report ----------------------------------------------------------------------------

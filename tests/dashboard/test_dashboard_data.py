@@ -192,3 +192,17 @@ def test_an_epoch_logged_twice_counts_once(runs_dir):
     frame = data.evolution_frame(resumed)
     assert len(frame) == sum(a.depth for a in snapshots)
     assert list(data.snapshots_by_epoch(resumed)) == [a.epoch for a in snapshots]
+
+
+def test_architecture_facts_name_the_decoder(runs_dir, tmp_path):
+    """The real runs' decoders: a GunPoint search pools by the mean and the maximum (the default),
+    Darcy's is dense; an architecture.json from before pooling was recorded reads as the mean."""
+    gunpoint = rundir.read_architecture(runs_dir / GUNPOINT)
+    assert data.architecture_facts(gunpoint)["decoder"] == "mean + max pool, linear"
+    darcy = rundir.read_architecture(runs_dir / DARCY)
+    assert data.architecture_facts(darcy)["decoder"] == "linear per position"
+    old = copy(runs_dir, GUNPOINT, tmp_path)
+    record = json.loads((old / rundir.ARCHITECTURE).read_text())
+    del record["pooling"]
+    (old / rundir.ARCHITECTURE).write_text(json.dumps(record))
+    assert data.architecture_facts(rundir.read_architecture(old))["decoder"] == "mean pool, linear"
