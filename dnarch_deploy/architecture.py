@@ -121,8 +121,9 @@ class Architecture:
         vocab_size = data.get("vocab_size", 0)  # absent in files from before it was recorded
         _expect(_nonneg_int(vocab_size), where, "vocab_size", "an integer >= 0", vocab_size)
         pooling = data.get("pooling")  # absent in files from before it was recorded
-        _expect(pooling is None or _pooling(pooling), where, "pooling",
-                _pooling.__doc__, pooling)
+        poolings = [[]] if kwargs["dense"] else [["mean"], ["mean", "max"]]
+        _expect(pooling is None or pooling in poolings, where, "pooling",
+                f"null or one of {poolings} (dense: {kwargs['dense']})", pooling)
         blocks = _field(data, "blocks", lambda v: isinstance(v, list), where)
         block_fields = {
             "index": _nonneg_int,
@@ -178,12 +179,6 @@ def _expect(ok: bool, where: str, key: str, what: str, value: object = None) -> 
     if not ok:
         got = f", got {value!r}" if value is not None else ""
         raise SchemaError(f"{where}: field '{key}' must be {what}{got}")
-
-
-def _pooling(v) -> bool:
-    """null or a list of distinct reductions among 'mean' and 'max'"""
-    return (isinstance(v, list) and all(r in ("mean", "max") for r in v)
-            and len(set(v)) == len(v))
 
 
 def _pos_int(v) -> bool:

@@ -55,6 +55,9 @@ MODEL_FIELDS_BEFORE = {
     "sample_floor": 1e-3,  # input_norm="sample" variance floor
     "pool": "avg",  # the global decoder read the channels' means only
 }
+# The same for the search's flags ("train"): those added after version 1, whose defaults differ
+# from what runs written before them trained with (a resumed run must continue as it began).
+TRAIN_FIELDS_BEFORE = {"pool": "avg"}
 SUMMARY_KEYS = (
     "task", "learn", "metric_name", "test_metric", "complexity_ratio", "params", "macs",
     "wall_seconds",
@@ -163,6 +166,8 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
                        f"reads run version {RUN_VERSION} (written by another version?)")
     if isinstance(config["model"], dict):
         config["model"] = {**MODEL_FIELDS_BEFORE, **config["model"]}
+    if isinstance(config["train"], dict):
+        config["train"] = {**TRAIN_FIELDS_BEFORE, **config["train"]}
     return config
 
 

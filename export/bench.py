@@ -72,12 +72,12 @@ def theoretical_costs(
     # the stream as its spectrum (export.spectrum): one transform after the encoder, residual adds
     # over 2 K values, the decoder's mean read from DC (its maximum from the stream transformed
     # back and added to the encoder's output)
-    spectrum = lowered.spectrum
+    spectrum = enc.spectrum
     stream_length = length if spectrum is None else 2 * spectrum.out_bins
     out: dict[str, dict[str, float]] = {}
     out["encoder"] = {
         "theoretical": float(linear_cost(length, c_in, stream) + pointwise_cost(length, stream)
-                             + (0 if spectrum is None else stream * spectrum.into.macs())),
+                             + (0 if spectrum is None else stream * spectrum.macs())),
     }
     for i, block in enumerate(lowered.blocks):
         res = tuple(block.bias1.shape[1:])
@@ -97,11 +97,12 @@ def theoretical_costs(
             shape[m.dim] = m.sizes[1]
         work += pointwise_cost(stream_length, n_out)
         out[f"blocks.{i}"] = {"theoretical": float(work)}
-    back = None if spectrum is None else spectrum.back
+    back = None if spectrum is None else lowered.decoder.spectrum.back
     pooled = length if spectrum is None or back is not None else 1
     dec = decoder_cost(pooled, stream, lowered.decoder.weight.shape[0], lowered.decoder.pooling)
-    if back is not None:
-        dec["back"] = stream * back.macs() + pointwise_cost(length, stream)
+    if back is not None:  # the bins' change (2 K values), transformed back and added to h0
+        dec["back"] = (pointwise_cost(stream_length, stream) + stream * back.macs()
+                       + pointwise_cost(length, stream))
     out["decoder"] = {"theoretical": float(sum(dec.values()))}
     if found is not None:
         paper = layer_costs(found)

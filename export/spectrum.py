@@ -7,11 +7,11 @@ dominate a found network at long lengths. Both are spectral, and touch only the 
 ``down(h)`` reads the first R//2+1 DFT bins of h, ``up(z)`` adds to h only bins below R//2+1.
 So the stream can be carried as its first K = max_b R_b//2+1 DFT bins instead:
 
-    S = S_enc = DFT_L(h0)[:K], h0 = encoder(x)           once, L samples      (SpectrumStream)
+    S = S_enc = DFT_L(h0)[:K], h0 = encoder(x)           once, L samples      (ToSpectrum)
     block b:  z = f_b(IDFT_R(c S[:keep]))              R samples            (FromSpectrum)
               S[:n_out] += d DFT_R(z)[:keep]           R samples            (ToSpectrum)
-    decoder:  mean over positions of h = S_0 / L                             (SpectrumStream)
-              h itself, for a maximum: h0 + IDFT_L(S - S_enc)   L samples    (SpectrumStream)
+    decoder:  mean over positions of h = S_0 / L                             (SpectrumToPool)
+              h itself, for a maximum: h0 + IDFT_L(S - S_enc)   L samples    (SpectrumToPool)
 
 with c the down-resampling's bin weights (resolution mask, Nyquist handling, rfft's 1/L:
 :func:`export.resampling.resample_bin_weights`) and d = L c'_0 on DC and L c'_k / 2 above it,
@@ -144,35 +144,26 @@ class FromSpectrum(nn.Module):
         return f"{self.bins} bins -> {self.length} samples, {self.form}"
 
 
-class SpectrumStream(nn.Module):
-    """Into the stream's spectrum after the encoder, and out of it for the decoder.
+class SpectrumToPool(nn.Module):
+    """What the decoder pools, from the stream's K bins at the end (``s``) and after the encoder
+    (``start``) and the encoder's output h0 (``positions``).
 
-    ``enter``: the first K bins of the encoder's output h0 (:class:`ToSpectrum`). ``leave``: what
-    the decoder pools. For a mean, one value per line, DC / L, whose mean is the stream's mean.
-    For a maximum too, the stream itself: h0 plus the blocks' sum, the inverse DFT of what they
-    added to the bins, S - S0. That sum is real and its spectrum lies in bins below K and their
-    mirror images: weights 1 / L on DC (and on a Nyquist bin L / 2) and 2 / L on the others
+    For a mean, one value per line, DC / L, whose mean is the stream's mean. For a maximum too,
+    the stream itself: h0 plus the blocks' sum, the inverse DFT of what they added to the bins,
+    s - start. That sum is real and its spectrum lies in bins below K (< L / 2: every block
+    crops) and their mirror images: weights 1 / L on DC and 2 / L on the others
     (:class:`FromSpectrum`), one transform of L samples."""
 
     def __init__(self, length: int, bins: int, positions: bool, dtype: torch.dtype):
         super().__init__()
         self.length = length
-        self.into = ToSpectrum(length, bins, dtype=dtype)
-        k = np.arange(bins)
-        c = np.where((k == 0) | (2 * k == length), 1.0, 2.0) / length
+        c = np.where(np.arange(bins) == 0, 1.0, 2.0) / length
         self.back = FromSpectrum(length, c, dtype) if positions else None
 
-    @property
-    def out_bins(self) -> int:
-        return self.into.out_bins
-
-    def enter(self, h: Tensor) -> Tensor:
-        return self.into(h)
-
-    def leave(self, s: Tensor, start: Tensor, h: Tensor) -> Tensor:
+    def forward(self, s: Tensor, start: Tensor, positions: Tensor) -> Tensor:
         if self.back is None:
             return s[..., 0, :1] / self.length
-        return h + self.back(s - start)
+        return positions + self.back(s - start)
 
 
 def why_not(static: StaticNet) -> str | None:
@@ -204,7 +195,7 @@ def carry_spectrum(lowered: StaticNet, dtype: torch.dtype = torch.float32) -> St
     length = int(net.spec["spatial"][0])
     keeps = [int(b.bias1.shape[-1]) // 2 + 1 for b in net.blocks]
     bins = max(keeps)
-    net.spectrum = SpectrumStream(length, bins, "max" in net.decoder.pooling, dtype)
+    net.encoder.spectrum = ToSpectrum(length, bins, dtype=dtype)
     for block, keep in zip(net.blocks, keeps):
         down, resolution = block.down[0], int(block.bias1.shape[-1])
         mask = None if down.mask is None else down.mask.double().numpy()
@@ -217,4 +208,5 @@ def carry_spectrum(lowered: StaticNet, dtype: torch.dtype = torch.float32) -> St
         # what architecture.json records per axis: the resampling each half stands for
         block.down[0].sizes, block.up[0].sizes = (length, resolution), (resolution, length)
         block.resample_tactics = {"down": [SPECTRUM], "up": [SPECTRUM]}
+    net.decoder.spectrum = SpectrumToPool(length, bins, "max" in net.decoder.pooling, dtype)
     return net.eval()

@@ -95,6 +95,9 @@ class Encoder(nn.Module):
         self.register_buffer("bias", bias)  # (s,); unused for tokens (folded into the table)
         # input_norm="sample": each sample standardised first (not a fixed affine map)
         self.register_buffer("sample_eps", sample_eps)
+        # the stream carried as its spectrum: export.spectrum.carry_spectrum sets the transform;
+        # the encoder then returns the spectrum and its positions (the decoder may need both)
+        self.spectrum: nn.Module | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         if self.sample_eps is not None:
@@ -104,7 +107,8 @@ class Encoder(nn.Module):
             h = h.permute(0, h.dim() - 1, *range(1, h.dim() - 1))  # (B, s, *S)
         else:
             h = pointwise(x, self.weight, self.bias)
-        return F.gelu(h)
+        h = F.gelu(h)
+        return h if self.spectrum is None else (self.spectrum(h), h)
 
 
 class StaticBlock(nn.Module):
@@ -157,13 +161,19 @@ class Decoder(nn.Module):
         self.register_buffer("weight", weight)  # (C_out, s)
         self.register_buffer("bias", bias)  # (C_out,)
         self.register_buffer("weight_max", weight_max)  # (C_out, s) or None
+        # the stream as its spectrum: what to pool, from the stream's bins at the end and at the
+        # start and the encoder's positions (set by export.spectrum.carry_spectrum)
+        self.spectrum: nn.Module | None = None
 
     @property
     def pooling(self) -> list[str]:
         """The reductions over positions the head reads (Architecture.pooling)."""
         return [] if self.dense else ["mean"] + (["max"] if self.weight_max is not None else [])
 
-    def forward(self, h: Tensor) -> Tensor:
+    def forward(self, h: Tensor, start: Tensor | None = None,
+                positions: Tensor | None = None) -> Tensor:
+        if self.spectrum is not None:
+            h = self.spectrum(h, start, positions)
         if self.dense:
             return pointwise(h, self.weight, self.bias)
         h = h.flatten(2)
@@ -180,20 +190,18 @@ class StaticNet(nn.Module):
         super().__init__()
         self.encoder, self.blocks, self.decoder = encoder, nn.ModuleList(blocks), decoder
         self.spec = spec  # input shape/dtype, output shape: what infer checks against
-        # the stream carried as its spectrum between encoder and decoder: set by
-        # export.spectrum.carry_spectrum
-        self.spectrum: nn.Module | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.encoder(x)  # (B, stream, *S)
-        if self.spectrum is None:
+        if self.encoder.spectrum is None:
             for block in self.blocks:
                 h = block(h)
             return self.decoder(h)
-        s = start = self.spectrum.enter(h)  # (B, stream, 2, K)
+        s, positions = h  # the stream as its spectrum (B, stream, 2, K), and as positions
+        start = s
         for block in self.blocks:
             s = block(s)
-        return self.decoder(self.spectrum.leave(s, start, h))
+        return self.decoder(s, start, positions)
 
 
 # --- materialise ----------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dnarch_deploy import rundir as R
+
 from .config import parse_args
 
 ROOT = Path(__file__).resolve().parent.parent  # the code the processes load
@@ -51,10 +53,9 @@ def set_flag(flags: list[str], flag: str, value: str) -> list[str]:
 def saved_differences(run: Run) -> list[str]:
     """The settings in which ``run.run_dir``'s config.json differs from ``run.flags`` (none when
     there is no config.json yet), as "name: saved X, wanted Y"."""
-    path = run.run_dir / "config.json"
-    if not path.exists():
+    if not (run.run_dir / R.CONFIG).exists():
         return []
-    saved = json.loads(path.read_text())["train"]
+    saved = R.read_config(run.run_dir)["train"]  # flags added since read as those runs trained
     wanted = parse_args(run.flags)[0].to_dict()
     return [f"{k}: saved {saved.get(k)!r}, wanted {wanted[k]!r}" for k in wanted
             if k not in IGNORED and saved.get(k) != wanted[k]]

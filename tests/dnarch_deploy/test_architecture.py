@@ -113,8 +113,13 @@ DAMAGES = {
         "field 'blocks\\[1\\].conv_taps' must be a list of 1 or 2 integers >= 1",
     ),
     "pooling": (
-        _set(["pooling"], ["max", "max"]),
-        "field 'pooling' must be null or a list of distinct reductions among 'mean' and 'max'",
+        _set(["pooling"], []),  # a global decoder pools
+        "field 'pooling' must be null or one of \\[\\['mean'\\], \\['mean', 'max'\\]\\] "
+        "\\(dense: False\\), got \\[\\]",
+    ),
+    "pooling-max-alone": (
+        _set(["pooling"], ["max"]),
+        "field 'pooling' must be null or one of .*, got \\['max'\\]",
     ),
 }
 

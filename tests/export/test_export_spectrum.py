@@ -28,7 +28,7 @@ from export.static import (
     freeze,
     materialize,
 )
-from export.timing import session
+from export.timing import layers, session
 
 from .export_cases import random_input, random_model
 
@@ -103,6 +103,10 @@ def test_stream_as_spectrum_computes_the_static_network(seed, long):
     with torch.no_grad():
         trained = model(x).double().numpy()
     assert np.abs(y - trained).max() / np.abs(trained).max() < 1e-4
+    # every node belongs to the encoder, a block or the decoder (per-layer latency is timed
+    # and reported by those names): the transforms in and out included
+    names = ["encoder", *(f"blocks.{i}" for i in range(len(spectral.blocks))), "decoder"]
+    assert list(layers(graph)) == names
 
 
 def tiny_net(length: int, resolutions: list[int]) -> StaticNet:
@@ -242,18 +246,20 @@ def test_the_spectral_stream_touches_fewer_samples():
     per_axis = total(static, resample_tactics_by_cost(static))
     spectral = total(static, spectrum_resample(static))
     stream, length = static.decoder.weight.shape[1], static.spec["spatial"][0]
-    back = carry_spectrum(static).spectrum.back
+    carried = carry_spectrum(static)
+    back, bins = carried.decoder.spectrum.back, carried.encoder.spectrum.out_bins
     assert spectral < 0.6 * per_axis
     mean_only = copy.deepcopy(static)
     mean_only.decoder.weight_max = None  # the same network with a mean-pooling decoder
     assert mean_only.decoder.pooling == ["mean"]
     spectral_mean = total(mean_only, spectrum_resample(mean_only))
     assert spectral_mean < 0.5 * total(mean_only, resample_tactics_by_cost(mean_only))
-    # the decoder's difference: the transform back and the add (L values per channel), both
-    # poolings over the L positions instead of the mean over one value, the max's linear head
+    # the decoder's difference: the bins' change (2 K values per channel), the transform back
+    # and the add (L values), both poolings over the L positions instead of the mean over one
+    # value, the max's linear head
     head = static.decoder.weight.shape[0] * stream
-    assert spectral - spectral_mean == (stream * back.macs() + stream * length
-                                        + stream * (2 * length - 1) + head)
+    assert spectral - spectral_mean == (stream * 2 * bins + stream * back.macs()
+                                        + stream * length + stream * (2 * length - 1) + head)
 
 
 def test_an_export_that_keeps_the_spectrum_ships_it_and_verifies(monkeypatch, tmp_path):

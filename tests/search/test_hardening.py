@@ -290,6 +290,22 @@ def test_resume_with_more_epochs_records_them(capsys, npz_run, tmp_path):
     assert epochs == [0, 1, 2]
 
 
+def test_a_run_from_before_pool_resumes_as_it_trained(capsys, tmp_path):
+    """config.json from before --pool existed records neither the flag nor the model field; those
+    runs pooled by the mean alone, and resuming one continues that network (the default is now
+    'avgmax', whose head has weights the checkpoint does not hold)."""
+    data = save_npz(tmp_path / "data.npz", np.arange(48) % 2)
+    run = tmp_path / "old"
+    assert search_run.main(["--task", f"npz:{data}", *FAST, "--epochs", "2", "--pool", "avg",
+                            "--out", str(run)]) == 0
+    record = json.loads((run / R.CONFIG).read_text())
+    del record["train"]["pool"], record["model"]["pool"]
+    (run / R.CONFIG).write_text(json.dumps(record))
+    assert search(capsys, "--out", run, "--resume", "--epochs", "3")[0] == 0
+    assert R.read_config(run)["train"]["pool"] == "avg"
+    assert R.read_summary(run)["steps"] == 3 * 5
+
+
 # --- case 5: a checkpoint that does not fit config.json -------------------------------------------
 
 
