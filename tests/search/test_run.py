@@ -146,6 +146,7 @@ def test_bad_input_gives_one_clear_message(tmp_path):
          "--device"),
         (["--task-option", "oops"], "--task-option"),
         (["--budget-tolerance", "-0.1"], "--budget-tolerance"),
+        (["--pool", "max"], "--pool must be one of avg, avgmax, got 'max'"),
     ]
     for args, needle in cases:
         out = tmp_path / "never"
