@@ -34,3 +34,13 @@ def test_a_missing_run_directory_is_refused_before_any_work(tmp_path):
     assert f"error: {tmp_path / 'nope'}: run directory not found" in run.stderr
     assert "Traceback" not in run.stderr and "tune" not in run.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_mask_state_is_refused_before_any_work(tmp_path):
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "export_speed.py"),
+                          "--states", "found,middle", "--out", str(tmp_path / "r.md")],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert "error: --states takes found and/or max, got middle" in run.stderr
+    assert "Traceback" not in run.stderr and "tune" not in run.stderr
+    assert list(tmp_path.iterdir()) == []
