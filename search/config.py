@@ -109,6 +109,9 @@ class SearchConfig:
     weight_decay: float = _f(0.01, "AdamW weight decay of the network weights")
     warmup: float = _f(0.05, "share of the training steps in linear learning-rate warm-up")
     dropout: float = _model("dropout", "dropout after the block's GELU")
+    label_smoothing: float = _f(0.0, "classification: the training loss's cross-entropy "
+                                "against targets smoothed by this share (0: off; validation "
+                                "and test losses are plain)")
     pool: str = _model("pool", "classification decoder's pooling over positions: 'avgmax' (the "
                        "mean and the maximum of every channel, one linear head on both) or "
                        "'avg' (the mean only, the paper's)")
@@ -170,6 +173,8 @@ class SearchConfig:
             (self.budget_tolerance >= 0, f"--budget-tolerance must be >= 0, "
              f"got {self.budget_tolerance}"),
             (0 <= self.dropout < 1, f"--dropout must be in [0, 1), got {self.dropout}"),
+            (0 <= self.label_smoothing < 1, f"--label-smoothing must be in [0, 1), "
+             f"got {self.label_smoothing}"),
             (0 <= self.shift < 1, f"--shift must be in [0, 1), got {self.shift}"),
             (self.restarts >= 0, f"--restarts must be >= 0, got {self.restarts}"),
             (self.input_norm in ("auto", "sample", "dataset"), f"--input-norm must be auto, "

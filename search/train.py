@@ -116,12 +116,14 @@ def input_norm(cfg: SearchConfig, task) -> str:
     return "sample" if np.any(high > SCALE_SPREAD * np.maximum(low, 1e-30)) else "dataset"
 
 
-def objective(model: DNArch, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy for classification; MSE in units of the target's std for dense tasks."""
+def objective(model: DNArch, out: torch.Tensor, y: torch.Tensor,
+              label_smoothing: float = 0.0) -> torch.Tensor:
+    """Cross-entropy for classification (against smoothed targets when ``label_smoothing``);
+    MSE in units of the target's std for dense tasks."""
     if model.config.dense:
         std = model.output_std.view(1, -1, *([1] * (y.dim() - 2)))
         return (((out.float() - y) / std) ** 2).mean()
-    return F.cross_entropy(out.float(), y)
+    return F.cross_entropy(out.float(), y, label_smoothing=label_smoothing)
 
 
 def make_optimizer(model: DNArch, cfg: SearchConfig) -> torch.optim.Optimizer:
@@ -305,7 +307,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                 plan = model.plan()
                 out = model.run(x, plan)
-            loss_obj = objective(model, out, y)
+            loss_obj = objective(model, out, y, cfg.label_smoothing)
             cost = model_cost(model, plan, units)["total"]
             now = scheduled_target(cfg, start, target, step, length.steps)
             ratio, loss_comp = cost / target, complexity_loss(cost, now)

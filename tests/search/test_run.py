@@ -13,12 +13,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dnarch_deploy import Architecture, ModelConfig
+from dnarch_deploy import Architecture, DNArch, ModelConfig
 from dnarch_deploy import rundir as R
 from dnarch_deploy.cost import architecture_cost, architecture_params
 from search.config import SearchConfig, build_parser, parse_args
 from search.jobs import set_flag
-from search.train import complexity_weight, is_result, scheduled_target
+from search.train import complexity_weight, is_result, objective, scheduled_target
 
 from .conftest import TINY, run_search
 
@@ -147,6 +147,7 @@ def test_bad_input_gives_one_clear_message(tmp_path):
         (["--task-option", "oops"], "--task-option"),
         (["--budget-tolerance", "-0.1"], "--budget-tolerance"),
         (["--pool", "max"], "--pool must be one of avg, avgmax, got 'max'"),
+        (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1), got 1.0"),
     ]
     for args, needle in cases:
         out = tmp_path / "never"
@@ -352,3 +353,14 @@ def test_cost_must_be_macs_or_latency(tmp_path):
     proc = run_search(*TINY, "--cost", "flops", "--out", str(tmp_path / "x"), check=False)
     assert proc.returncode == 2 and "--cost must be macs or latency, got 'flops'" in proc.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_label_smoothing_is_cross_entropy_against_smoothed_targets():
+    """(1 - e) CE(y) + e mean_k CE(k): the closed form of targets (1 - e) one_hot + e / K."""
+    model = DNArch(ModelConfig(in_channels=1, out_channels=3, input_size=(16,), depth=1, width=4))
+    out, y = torch.tensor([[2.0, -1.0, 0.5], [0.0, 3.0, -2.0]]), torch.tensor([0, 2])
+    nll = -torch.log_softmax(out, dim=-1)
+    plain = nll.gather(1, y[:, None]).mean()
+    assert torch.isclose(objective(model, out, y), plain)
+    smoothed = 0.8 * plain + 0.2 * nll.mean()
+    assert torch.isclose(objective(model, out, y, 0.2), smoothed)
