@@ -93,6 +93,19 @@ def check_task(cfg: SearchConfig, task) -> None:
     check_budget(cfg, mcfg)
 
 
+def note_learned(cfg: SearchConfig, task) -> None:
+    """Say so when the model learns less than --learn asks (search.train.learned)."""
+    from dnarch_deploy.model import canonical_learn
+
+    from .train import learned
+
+    learn = learned(cfg, task)
+    if learn != canonical_learn(cfg.learn):
+        print(f"note: the resolution is not learned (--learn {learn}): every axis of the "
+              f"{'x'.join(map(str, task.spatial))} input is shorter than --crop-min-length "
+              f"{cfg.crop_min_length}", file=sys.stderr)
+
+
 def check_budget(cfg: SearchConfig, mcfg) -> None:
     """A budget no network of the search space can meet: an error that states the range."""
     from dnarch_deploy.cost import base_cost, cost_range
@@ -205,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         device = distributed.pick_device(cfg.device, world)
         task = load_task(cfg.task, seed=cfg.seed, **cfg.task_options())
         check_task(cfg, task)
+        if world.rank == 0 and not cfg.resume:
+            note_learned(cfg, task)
         if cfg.resume and not cfg.allow_data_change:
             R.check_data(run_dir, R.read_config(run_dir), task, "--allow-data-change")
         if cfg.resume:

@@ -34,6 +34,7 @@ from dnarch_deploy import (
 )
 from dnarch_deploy import rundir as R
 from dnarch_deploy.cost import architecture_cost, architecture_params, limit_loss, model_params
+from dnarch_deploy.model import canonical_learn
 
 from . import checkpoint, distributed
 from .augment import random_shift
@@ -93,7 +94,21 @@ def model_config(cfg: SearchConfig, task) -> ModelConfig:
     )
     flags = {f.name for f in fields(SearchConfig)} - from_task.keys()
     shared = {f.name: getattr(cfg, f.name) for f in fields(ModelConfig) if f.name in flags}
+    shared["learn"] = learned(cfg, task)
     return ModelConfig(**shared, **from_task)
+
+
+def learned(cfg: SearchConfig, task) -> str:
+    """--learn as the model learns it: without R on inputs whose every axis is shorter than
+    --crop-min-length. A ValueError when nothing is left."""
+    learn = canonical_learn(cfg.learn)
+    if "R" not in learn or max(task.spatial) >= cfg.crop_min_length:
+        return learn
+    if learn == "R":
+        raise ValueError(f"--learn R: every axis of the input ({'x'.join(map(str, task.spatial))})"
+                         f" is shorter than --crop-min-length {cfg.crop_min_length}, so the "
+                         f"resolution is not learned and nothing is left to search")
+    return learn.replace("R", "")
 
 
 # --input-norm auto standardises each sample when, in some input channel, the 90th percentile of

@@ -18,7 +18,7 @@ from dnarch_deploy import rundir as R
 from dnarch_deploy.cost import architecture_cost, architecture_params
 from search.config import SearchConfig, build_parser, parse_args
 from search.jobs import set_flag
-from search.train import complexity_weight, is_result, objective, scheduled_target
+from search.train import complexity_weight, is_result, learned, objective, scheduled_target
 
 from .conftest import TINY, run_search
 
@@ -148,6 +148,7 @@ def test_bad_input_gives_one_clear_message(tmp_path):
         (["--budget-tolerance", "-0.1"], "--budget-tolerance"),
         (["--pool", "max"], "--pool must be one of avg, avgmax, got 'max'"),
         (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1), got 1.0"),
+        (["--crop-min-length", "-1"], "--crop-min-length must be >= 0"),
     ]
     for args, needle in cases:
         out = tmp_path / "never"
@@ -364,3 +365,37 @@ def test_label_smoothing_is_cross_entropy_against_smoothed_targets():
     assert torch.isclose(objective(model, out, y), plain)
     smoothed = 0.8 * plain + 0.2 * nll.mean()
     assert torch.isclose(objective(model, out, y, 0.2), smoothed)
+
+
+@pytest.mark.parametrize(("size", "learn", "minimum", "expected"), [
+    ((8, 8), "KRWD", 9, "KWD"),  # digits: every axis short
+    ((8, 8), "KRWD", 0, "KRWD"),  # 0: always
+    ((8, 8), "KRWD", 8, "KRWD"),  # at least this many samples: learned
+    ((8, 64), "KRWD", 9, "KRWD"),  # one long axis is enough
+    ((24,), "rk", 9, "KR"),
+    ((8, 8), "none", 9, "none"),
+])
+def test_the_resolution_is_learned_only_on_inputs_with_a_long_enough_axis(size, learn, minimum,
+                                                                          expected):
+    task = type("Task", (), {"spatial": size})()
+    cfg = SearchConfig(learn=learn, crop_min_length=minimum)
+    assert learned(cfg, task) == expected
+
+
+def test_learning_only_r_on_a_short_input_is_refused():
+    task = type("Task", (), {"spatial": (8, 8)})()
+    with pytest.raises(ValueError, match=r"--learn R: every axis of the input \(8x8\) is shorter "
+                                         r"than --crop-min-length 9"):
+        learned(SearchConfig(learn="R"), task)
+
+
+def test_digits_searches_without_r_and_says_so(tmp_path):
+    out = tmp_path / "digits"
+    proc = run_search("--task", "digits", "--depth", "1", "--width", "4", "--steps", "4",
+                      "--eval-batch-size", "64", "--out", str(out))
+    assert ("note: the resolution is not learned (--learn KWD): every axis of the 8x8 input is "
+            "shorter than --crop-min-length 9") in proc.stderr
+    config = R.read_config(out)
+    assert config["train"]["learn"] == "KRWD" and config["model"]["learn"] == "KWD"
+    assert R.read_summary(out)["learn"] == "KWD"
+    assert all(list(b.resolution) == [8, 8] for b in R.read_architecture(out).blocks)
