@@ -80,11 +80,15 @@ def prepare_run_dir(cfg: SearchConfig, given: set[str]) -> tuple[Path, SearchCon
 def check_task(cfg: SearchConfig, task) -> None:
     """What the loaded data make impossible, before anything is written: an empty split, a
     network over the limits (classes from the data, width and depth from the flags)."""
-    from .train import model_config
+    from .train import learned, model_config
 
     for part, n in zip(("train", "val", "test"), task.sizes()):
         if n == 0:
             raise UsageError(f"task {task.name}: the {part} split has no samples")
+    try:
+        learned(cfg, task)
+    except ValueError as e:
+        raise UsageError(f"task {task.name}: {e}") from None
     try:
         mcfg = model_config(cfg, task)
     except ValueError as e:

@@ -389,6 +389,16 @@ def test_learning_only_r_on_a_short_input_is_refused():
         learned(SearchConfig(learn="R"), task)
 
 
+def test_learning_only_r_on_digits_is_refused_before_any_work(tmp_path):
+    out = tmp_path / "never"
+    proc = run_search("--task", "digits", "--learn", "R", "--out", str(out), check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "error: task digits: --learn R: every axis of the input (8x8) is shorter than "
+        "--crop-min-length 9, so the resolution is not learned and nothing is left to search")
+    assert not out.exists()
+
+
 def test_digits_searches_without_r_and_says_so(tmp_path):
     out = tmp_path / "digits"
     proc = run_search("--task", "digits", "--depth", "1", "--width", "4", "--steps", "4",
