@@ -38,7 +38,7 @@ from dnarch_deploy.model import canonical_learn
 
 from . import checkpoint, distributed
 from .augment import random_shift
-from .config import SearchConfig, training_length
+from .config import ENERGY_SHARE, MIN_OMEGA_0, SearchConfig, training_length
 from .records import append_jsonl, write_json
 
 
@@ -87,6 +87,7 @@ def model_config(cfg: SearchConfig, task) -> ModelConfig:
         dense=dense,
         vocab_size=task.vocab_size if task.tokens else 0,
         input_norm=input_norm(cfg, task),  # --input-norm, 'auto' resolved
+        omega_0=frequency_prior(cfg, task),  # --omega-0, 0 resolved
         input_mean=[] if task.tokens else [float(v) for v in task.x_mean],
         input_std=[] if task.tokens else [float(v) for v in task.x_std],
         output_mean=[float(v) for v in task.y_mean] if dense else [],
@@ -117,6 +118,7 @@ def learned(cfg: SearchConfig, task) -> str:
 # reach the network as near-zero signals. Below it the scale carries information to keep
 # (BasicMotions: 54, JapaneseVowels: 4, z-normalised UCR sets and images: 1-1.5).
 SCALE_SPREAD = 100.0
+FREQUENCY_SAMPLES = 2000  # training samples whose spectra set --omega-0 0 (the first ones)
 
 
 def input_norm(cfg: SearchConfig, task) -> str:
@@ -129,6 +131,31 @@ def input_norm(cfg: SearchConfig, task) -> str:
     x = task.x_train.reshape(*task.x_train.shape[:2], -1)
     low, high = np.percentile(x.std(axis=-1), [10, 90], axis=0)  # (C,) each
     return "sample" if np.any(high > SCALE_SPREAD * np.maximum(low, 1e-30)) else "dataset"
+
+
+def energy_frequency(x: np.ndarray, share: float) -> int:
+    """The frequency, in cycles over the axis, below which ``share`` of the energy of x (N, C, *S)
+    lies, the highest over the spatial axes. Each sample's channel has its mean removed and its
+    power spectrum normalised to sum 1 before they are averaged, so every sample counts alike."""
+    highest = 0
+    for axis in range(2, x.ndim):
+        signals = np.moveaxis(x, axis, -1).astype(np.float64)
+        power = np.abs(np.fft.rfft(signals - signals.mean(-1, keepdims=True), axis=-1)) ** 2
+        power = power / np.maximum(power.sum(-1, keepdims=True), 1e-30)
+        spectrum = power.reshape(-1, power.shape[-1]).mean(0)
+        highest = max(highest, int(np.searchsorted(np.cumsum(spectrum), share)))
+    return highest
+
+
+def frequency_prior(cfg: SearchConfig, task) -> float:
+    """--omega-0 resolved for the task (0: see config.ENERGY_SHARE; token inputs have no
+    spectrum and get MIN_OMEGA_0)."""
+    if cfg.omega_0:
+        return cfg.omega_0
+    if task.tokens:
+        return MIN_OMEGA_0
+    sample = task.x_train[:FREQUENCY_SAMPLES]
+    return max(MIN_OMEGA_0, energy_frequency(sample, ENERGY_SHARE) / 4)
 
 
 def objective(model: DNArch, out: torch.Tensor, y: torch.Tensor,

@@ -8,7 +8,9 @@ import math
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -200,21 +202,61 @@ def test_every_config_field_is_a_documented_flag():
 
 def test_model_flags_default_to_model_config_and_reach_the_model():
     """ModelConfig holds the model defaults: the flags it shares with the search start at them
-    (but --input-norm, whose 'auto' is resolved per task) and reach the model as given."""
+    (but --input-norm and --omega-0, whose automatic values are resolved per task) and reach the
+    model as given."""
     from search.tasks import load_task
     from search.train import model_config
 
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
-    shared = [n for n in SearchConfig.__dataclass_fields__ if n in defaults and n != "input_norm"]
+    per_task = {"input_norm", "omega_0"}
+    shared = [n for n in SearchConfig.__dataclass_fields__ if n in defaults]
     assert {"depth", "width", "learn", "dropout", "omega_0", "tau_resolution", "tau_width",
             "tau_depth"} <= set(shared)
-    assert all(getattr(SearchConfig(), n) == defaults[n] for n in shared)
+    assert all(getattr(SearchConfig(), n) == defaults[n] for n in shared if n not in per_task)
     cfg, _ = parse_args(["--depth", "3", "--width", "8", "--learn", "wk", "--dropout", "0.1",
                          "--omega-0", "7", "--tau-resolution", "20", "--tau-width", "30",
                          "--tau-depth", "4"])
     model = model_config(cfg, load_task("ucr:GunPoint", seed=0))
     assert model.learn == "KW"  # canonical order
-    assert all(getattr(model, n) == getattr(cfg, n) for n in shared if n != "learn")
+    assert all(getattr(model, n) == getattr(cfg, n) for n in shared
+               if n != "learn" and n != "input_norm")
+
+
+def _waves(length: int, *parts: tuple[int, float], samples: int = 3) -> np.ndarray:
+    """(samples, 1, length): sum of cosines, (cycles over the axis, amplitude) each, shifted in
+    phase from sample to sample, with an offset that the mean removal must ignore."""
+    t = np.arange(length) / length
+    return np.stack([[7.0 + sum(a * np.cos(2 * np.pi * k * t + i) for k, a in parts)]
+                     for i in range(samples)])
+
+
+def test_energy_frequency_is_where_the_energy_share_is_reached():
+    """Energy 0.9 at 4 cycles and 0.1 at 40: 85 % lies at 4, 95 % needs 40. On 2-D inputs the
+    higher axis wins."""
+    from search.train import energy_frequency
+
+    x = _waves(200, (4, 0.9 ** 0.5), (40, 0.1 ** 0.5))
+    assert energy_frequency(x, 0.85) == 4
+    assert energy_frequency(x, 0.95) == 40
+    rows = _waves(32, (3, 1.0))[:, :, :, None] * np.ones(16)  # varies along the first axis only
+    image = rows + np.cos(2 * np.pi * 6 * np.arange(16) / 16)  # and along the second at 6
+    assert energy_frequency(image, 0.95) == 6
+    assert energy_frequency(np.swapaxes(image, 2, 3), 0.95) == 6
+
+
+def test_automatic_frequency_prior_follows_the_training_spectrum():
+    """--omega-0 0: a quarter of the frequency holding 95 % of the energy, at least 5; a given
+    value is kept; token inputs (no spectrum) get 5."""
+    from search.train import frequency_prior
+
+    def task(x, tokens=False):
+        return SimpleNamespace(x_train=x, tokens=tokens)
+
+    assert frequency_prior(SearchConfig(), task(_waves(1460, (400, 1.0)))) == 100.0
+    assert frequency_prior(SearchConfig(), task(_waves(1460, (12, 1.0)))) == 5.0
+    assert frequency_prior(SearchConfig(), task(_waves(100, (30, 1.0)))) == 7.5
+    assert frequency_prior(SearchConfig(omega_0=2.0), task(_waves(1460, (400, 1.0)))) == 2.0
+    assert frequency_prior(SearchConfig(), task(np.zeros((3, 50), np.int64), tokens=True)) == 5.0
 
 
 def test_denormals_are_flushed_on_every_intra_op_thread():
