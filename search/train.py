@@ -136,14 +136,17 @@ def input_norm(cfg: SearchConfig, task) -> str:
 def energy_frequency(x: np.ndarray, share: float) -> int:
     """The frequency, in cycles over the axis, below which ``share`` of the energy of x (N, C, *S)
     lies, the highest over the spatial axes. Each sample's channel has its mean removed and its
-    power spectrum normalised to sum 1 before they are averaged, so every sample counts alike."""
+    power spectrum normalised to sum 1 before they are averaged, so every sample counts alike.
+    Constant signals carry no energy: 0 when every one is."""
     highest = 0
     for axis in range(2, x.ndim):
         signals = np.moveaxis(x, axis, -1).astype(np.float64)
         power = np.abs(np.fft.rfft(signals - signals.mean(-1, keepdims=True), axis=-1)) ** 2
         power = power / np.maximum(power.sum(-1, keepdims=True), 1e-30)
-        spectrum = power.reshape(-1, power.shape[-1]).mean(0)
-        highest = max(highest, int(np.searchsorted(np.cumsum(spectrum), share)))
+        cumulative = np.cumsum(power.reshape(-1, power.shape[-1]).mean(0))
+        if cumulative[-1] > 0:
+            found = np.searchsorted(cumulative / cumulative[-1], share)
+            highest = max(highest, int(found))
     return highest
 
 
@@ -154,8 +157,8 @@ def frequency_prior(cfg: SearchConfig, task) -> float:
         return cfg.omega_0
     if task.tokens:
         return MIN_OMEGA_0
-    sample = task.x_train[:FREQUENCY_SAMPLES]
-    return max(MIN_OMEGA_0, energy_frequency(sample, ENERGY_SHARE) / 4)
+    cycles = energy_frequency(task.x_train[:FREQUENCY_SAMPLES], ENERGY_SHARE)
+    return max(MIN_OMEGA_0, cycles / 4)  # 2 std of omega_0 per unit, over the 2 units of [-1, 1]
 
 
 def objective(model: DNArch, out: torch.Tensor, y: torch.Tensor,

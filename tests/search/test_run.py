@@ -242,6 +242,9 @@ def test_energy_frequency_is_where_the_energy_share_is_reached():
     image = rows + np.cos(2 * np.pi * 6 * np.arange(16) / 16)  # and along the second at 6
     assert energy_frequency(image, 0.95) == 6
     assert energy_frequency(np.swapaxes(image, 2, 3), 0.95) == 6
+    constant = np.full((3, 1, 50), 2.0)
+    assert energy_frequency(constant, 0.95) == 0
+    assert energy_frequency(np.concatenate([constant, _waves(50, (9, 1.0))]), 0.95) == 9
 
 
 def test_automatic_frequency_prior_follows_the_training_spectrum():
