@@ -265,7 +265,7 @@ def main() -> int:
     peers = {tuple(json.loads(k)): v for k, v in json.loads(peer_cache.read_text()).items()} \
         if peer_cache.exists() else {}
     t0, code = time.time(), code_state()  # at the start: the code the runs load
-    results, failed, timings = {}, {}, {}
+    results, failed, timings = {}, [], {}
     with ThreadPoolExecutor(args.jobs) as pool, tqdm(total=len(runs), desc="runs",
                                                       disable=bool(os.environ.get("CI"))) as bar:
         futures = {pool.submit(execute, run, timings): run for run in runs}
@@ -279,7 +279,7 @@ def main() -> int:
             try:
                 value = future.result()
             except Exception as e:  # noqa: BLE001 - report every failure, keep the others
-                failed[key] = e
+                failed.append(key)  # a Run or a (task, seed) of a peer
                 print(f"FAILED {key}: {e}", file=sys.stderr)
                 continue
             if isinstance(key, tuple):

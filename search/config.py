@@ -30,8 +30,9 @@ MAX_STEPS = 4000
 # so that this is the frequency below which ENERGY_SHARE of the training inputs' energy lies
 # (search.train.energy_frequency), never below MIN_OMEGA_0 (the former fixed default). A fixed
 # prior cannot fit both smooth and oscillating signals: ACSF1's energy lies at a quarter of the
-# sampling rate and above, where omega_0 5 puts no kernel detail (0.62 accuracy, 0.87 with the
-# prior its spectrum gives); OSULeaf's lies below 10 cycles and loses 0.05 at a higher prior.
+# sampling rate and above, where omega_0 5 puts no kernel detail (accuracy 0.62; 0.78 at the 182.5
+# its spectrum gives); OSULeaf's lies below 10 cycles, and it loses 0.05 at omega_0 14 or 43
+# (README, "A frequency prior from the data").
 ENERGY_SHARE = 0.95
 MIN_OMEGA_0 = 5.0
 # Validations per run, at most: each is a records row, an architecture snapshot and a checkpoint.
