@@ -258,6 +258,13 @@ def main() -> int:
     args = parser.parse_args()
     if not args.no_peer and importlib.util.find_spec("numba") is None:
         parser.error("MiniRocket needs numba: pip install -e '.[bench]' (or pass --no-peer)")
+    from dnarch_deploy.tasks import TaskError, load_task
+
+    for task in args.tasks:  # a wrong name: one message before any directory or report is made
+        try:
+            load_task(task, seed=0)
+        except TaskError as e:
+            parser.error(str(e))
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     runs = plan_runs(out, args.tasks, args.seeds, args.variants, args.extra.split())
