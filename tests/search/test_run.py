@@ -151,6 +151,7 @@ def test_bad_input_gives_one_clear_message(tmp_path):
         (["--pool", "max"], "--pool must be one of avg, avgmax, got 'max'"),
         (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1), got 1.0"),
         (["--crop-min-length", "-1"], "--crop-min-length must be >= 0"),
+        (["--omega-0", "-1"], "--omega-0 must be >= 0 (0: automatic), got -1.0"),
     ]
     for args, needle in cases:
         out = tmp_path / "never"
@@ -422,13 +423,13 @@ def test_label_smoothing_is_cross_entropy_against_smoothed_targets():
 ])
 def test_the_resolution_is_learned_only_on_inputs_with_a_long_enough_axis(size, learn, minimum,
                                                                           expected):
-    task = type("Task", (), {"spatial": size})()
+    task = SimpleNamespace(spatial=size)
     cfg = SearchConfig(learn=learn, crop_min_length=minimum)
     assert learned(cfg, task) == expected
 
 
 def test_learning_only_r_on_a_short_input_is_refused():
-    task = type("Task", (), {"spatial": (8, 8)})()
+    task = SimpleNamespace(spatial=(8, 8))
     with pytest.raises(ValueError, match=r"--learn R: every axis of the input \(8x8\) is shorter "
                                          r"than --crop-min-length 9"):
         learned(SearchConfig(learn="R"), task)
