@@ -4,6 +4,10 @@ A random shift: each sample moves by a whole number of positions along every spa
 ``share`` of the axis length either way, and the positions it leaves are zero. The label does not
 move, so the network is taught what global pooling already assumes: where a pattern sits matters
 less than what it is. Small training sets (tens of series) overfit without it.
+
+Mixup (Zhang et al., 2018): each sample is blended with another of the batch, and its target with
+that sample's, by a weight drawn from Beta(alpha, alpha). The training loss then never reaches
+zero on a few dozen series, which a network otherwise memorises in a quarter of its steps.
 """
 
 from __future__ import annotations
@@ -28,3 +32,16 @@ def random_shift(x: Tensor, share: float) -> Tensor:
         index = source.clamp(0, n - 1).view(shape).expand_as(x)
         x = torch.gather(x, axis, index) * inside.view(shape)
     return x
+
+
+def mixup(x: Tensor, y: Tensor, classes: int, alpha: float) -> tuple[Tensor, Tensor]:
+    """(B, C, *S), (B,) labels -> blended inputs and (B, classes) target probabilities. Sample i
+    is mixed with sample perm[i] by its own weight w_i ~ Beta(alpha, alpha) (torch's global RNG),
+    x_i' = w_i x_i + (1 - w_i) x_perm[i], and likewise its one-hot target."""
+    batch = x.shape[0]
+    weight = torch.distributions.Beta(alpha, alpha).sample((batch,)).to(x.device)
+    perm = torch.randperm(batch, device=x.device)
+    w = weight.view(batch, *([1] * (x.dim() - 1)))
+    target = torch.nn.functional.one_hot(y, classes).to(x.dtype)
+    return (w * x + (1 - w) * x[perm],
+            weight[:, None] * target + (1 - weight[:, None]) * target[perm])

@@ -130,6 +130,9 @@ class SearchConfig:
     label_smoothing: float = _f(0.0, "classification: the training loss's cross-entropy "
                                 "against targets smoothed by this share (0: off; validation "
                                 "and test losses are plain)")
+    mixup: float = _f(0.0, "classification on signals and images: blend each training sample "
+                      "and its target with another of the batch by a weight drawn from "
+                      "Beta(alpha, alpha); this is alpha (0: off)")
     pool: str = _model("pool", "classification decoder's pooling over positions: 'avgmax' (the "
                        "mean and the maximum of every channel, one linear head on both) or "
                        "'avg' (the mean only, the paper's)")
@@ -200,6 +203,7 @@ class SearchConfig:
             (0 <= self.dropout < 1, f"--dropout must be in [0, 1), got {self.dropout}"),
             (0 <= self.label_smoothing < 1, f"--label-smoothing must be in [0, 1), "
              f"got {self.label_smoothing}"),
+            (self.mixup >= 0, f"--mixup must be >= 0 (0: off), got {self.mixup}"),
             (0 <= self.shift < 1, f"--shift must be in [0, 1), got {self.shift}"),
             (self.restarts >= 0, f"--restarts must be >= 0, got {self.restarts}"),
             (self.input_norm in ("auto", "sample", "dataset"), f"--input-norm must be auto, "

@@ -37,7 +37,7 @@ from dnarch_deploy.cost import architecture_cost, architecture_params, limit_los
 from dnarch_deploy.model import canonical_learn
 
 from . import checkpoint, distributed
-from .augment import random_shift
+from .augment import mixup, random_shift
 from .config import ENERGY_SHARE, MIN_OMEGA_0, SearchConfig, training_length
 from .records import append_jsonl, write_json
 
@@ -163,8 +163,8 @@ def frequency_prior(cfg: SearchConfig, task) -> float:
 
 def objective(model: DNArch, out: torch.Tensor, y: torch.Tensor,
               label_smoothing: float = 0.0) -> torch.Tensor:
-    """Cross-entropy for classification (against smoothed targets when ``label_smoothing``);
-    MSE in units of the target's std for dense tasks."""
+    """Cross-entropy for classification (against smoothed targets when ``label_smoothing``; ``y``
+    labels or, mixed, target probabilities); MSE in units of the target's std for dense tasks."""
     if model.config.dense:
         std = model.output_std.view(1, -1, *([1] * (y.dim() - 2)))
         return (((out.float() - y) / std) ** 2).mean()
@@ -322,7 +322,9 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     higher = task.higher_is_better
     standard_error = functools.partial(task.standard_error, n=len(val_set))
     amp = device.type == "cuda" and cfg.amp
-    shift = cfg.shift if task.kind == "classification" and not task.tokens else 0.0
+    signals = task.kind == "classification" and not task.tokens  # what augmentation may touch
+    shift = cfg.shift if signals else 0.0
+    mix = cfg.mixup if signals else 0.0
 
     bar = tqdm(total=length.steps, initial=step,
                disable=not is_writer or bool(os.environ.get("CI")), desc="search", unit="step",
@@ -347,6 +349,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             x, y = train_set.x[idx], train_set.y[idx]
             if shift:  # drawn for the global batch on every rank, so N ranks shift as one does
                 x = random_shift(x, shift)
+            if mix:  # the same: one draw for the global batch
+                x, y = mixup(x, y, mcfg.out_channels, mix)
             mine = slice(world.rank * local, (world.rank + 1) * local)
             x, y = x[mine], y[mine]
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):

@@ -152,6 +152,7 @@ def test_bad_input_gives_one_clear_message(tmp_path):
         (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1), got 1.0"),
         (["--crop-min-length", "-1"], "--crop-min-length must be >= 0"),
         (["--omega-0", "-1"], "--omega-0 must be >= 0 (0: automatic), got -1.0"),
+        (["--mixup", "-0.2"], "--mixup must be >= 0 (0: off), got -0.2"),
     ]
     for args, needle in cases:
         out = tmp_path / "never"
@@ -313,6 +314,22 @@ def test_random_shift_moves_each_sample_and_fills_zeros():
     assert len({tuple(s[0].tolist()) for s in y}) == 5  # every shift in -2..2 was drawn
     image = torch.arange(16, dtype=torch.float32).view(1, 1, 4, 4).repeat(8, 1, 1, 1)
     assert torch.equal(random_shift(image, 0.1), image)  # round(0.4) = 0: nothing moves
+
+
+def test_mixup_blends_each_sample_and_its_target_by_the_same_weight():
+    from search.augment import mixup
+
+    classes = 6
+    y = torch.arange(classes).repeat(4)  # (24,): sample i has label i mod 6
+    x = y.float().view(-1, 1, 1).repeat(1, 2, 5)  # every value of sample i is its label
+    torch.manual_seed(0)
+    mixed, target = mixup(x, y, classes, alpha=0.4)
+    assert target.shape == (24, classes) and torch.allclose(target.sum(1), torch.ones(24))
+    assert (target >= 0).all() and (target > 0).sum(1).max() <= 2  # two samples at most
+    # the closed form: x_i' = sum_k target_ik k, the label-weighted blend of the two samples
+    blend = target @ torch.arange(classes, dtype=torch.float32)
+    assert torch.allclose(mixed, blend.view(-1, 1, 1).expand_as(mixed), atol=1e-6)
+    assert 0 < (target.max(1).values < 0.99).float().mean() < 1  # weights vary between samples
 
 
 def test_a_stalled_run_restarts_once_from_a_new_initialisation(tmp_path):
