@@ -146,8 +146,8 @@ class SearchConfig:
     shift: float = _f(0.1, "random shift of each training input, at most this share of each axis "
                       "either way (classification on signals and images only; 0: off)")
     restarts: int = _f(1, "restart a run whose training loss has stalled (still above half the "
-                       "first round's after 30%% of the steps) from a new initialisation, at most "
-                       "this many times")
+                       "first round's after 30%% of the steps; not judged with --mixup) from a new "
+                       "initialisation, at most this many times")
     # --- kernel network and masks
     # not ModelConfig's default: 0 ('auto') is resolved per task (search.train.frequency_prior)
     omega_0: float = _f(0.0, "frequency prior of the kernel network's Fourier features (their "

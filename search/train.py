@@ -49,7 +49,9 @@ class TrainingDiverged(RuntimeError):
 # A run is stalled when, after STALL_CHECK of its steps, its training objective is still above
 # STALL_SHARE of the first round's: an initialisation that never tells some classes apart (a loss
 # stuck at ln 2 / 2). It restarts from a new initialisation (--restarts times at most). Runs
-# shorter than STALL_MIN_STEPS are not judged: they may simply not have had the time.
+# shorter than STALL_MIN_STEPS are not judged: they may simply not have had the time, nor are runs
+# with --mixup, whose blended targets keep the loss of a well-fitting network far above zero
+# (the long sets' runs at --mixup 0.4 all read as stalled).
 STALL_CHECK = 0.3
 STALL_SHARE = 0.5
 STALL_MIN_STEPS = 300
@@ -385,7 +387,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
         wall += time.perf_counter() - t0
         if epoch == 0:
             first_loss = train_row["loss_obj"]
-        at_check = (epoch > 0 and length.steps >= STALL_MIN_STEPS
+        at_check = (epoch > 0 and length.steps >= STALL_MIN_STEPS and not mix
                     and steps.start < STALL_CHECK * length.steps <= steps.stop)
         if (at_check and len(restarts) < cfg.restarts
                 and train_row["loss_obj"] > STALL_SHARE * first_loss):

@@ -344,6 +344,9 @@ def test_a_stalled_run_restarts_once_from_a_new_initialisation(tmp_path):
     rows = [r for r in R.read_jsonl(out / R.METRICS) if r["split"] == "val"]
     assert [r["epoch"] for r in rows] == list(range(len(rows)))  # the second attempt's only
     assert rows[-1]["step"] == 300
+    mixed = tmp_path / "mixed"  # mixup's blended targets keep the loss up: not judged
+    proc = run_search(*args, "--mixup", "0.4", "--out", str(mixed))
+    assert "restarting" not in proc.stderr and R.read_summary(mixed)["restarts"] == []
     never = tmp_path / "never"
     proc = run_search(*args, "--restarts", "0", "--out", str(never))
     assert "restarting" not in proc.stderr and R.read_summary(never)["restarts"] == []
