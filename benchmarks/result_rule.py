@@ -1,0 +1,125 @@
+"""Does the result rule earn its keep? The round it chose against the last round, on finished runs.
+
+search.train.is_result picks the latest validation round whose metric is within one standard error
+of the best (among rounds within the budget). On a 7- to 13-sample validation split that is often
+an early round. This script asks what the simplest alternative, the last round, would have scored
+on the test split. It trains nothing: for each finished run directory it reads the chosen round's
+test metric from summary.json and evaluates the last round's weights
+(checkpoints/model.safetensors) on the same test split, when that round fits the budget. Rows group
+the runs by task and --learn; mean ± std over seeds.
+
+    python benchmarks/result_rule.py RUN_DIR [RUN_DIR ...] --results OUT.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from dnarch_deploy import rundir as R  # noqa: E402
+from search.train import Batches, evaluate  # noqa: E402
+
+
+def compare(run_dir: Path) -> dict:
+    """The chosen round's and the last round's test metric (None: the last is over budget)."""
+    summary = R.read_summary(run_dir)
+    val = [r for r in R.read_jsonl(run_dir / R.METRICS) if r["split"] == "val"]
+    last = val[-1]
+    tolerance = R.read_config(run_dir)["train"]["budget_tolerance"]
+    row = {"group": f"{summary['task']} {summary['learn']}", "chosen": summary["test_metric"],
+           "chosen_epoch": summary["best_epoch"], "last_epoch": last["epoch"],
+           "higher": summary["higher_is_better"]}
+    if summary["best_epoch"] == last["epoch"]:
+        row["last"] = summary["test_metric"]
+    elif last["complexity_ratio"] > 1 + tolerance:
+        row["last"] = None
+    else:
+        run = R.load_run(run_dir, weights="last")
+        task, batch = run.task, run.config["train"]["eval_batch_size"]
+        x_dtype = torch.long if task.tokens else torch.float32
+        y_dtype = torch.long if task.kind == "classification" else torch.float32
+        test = Batches(torch.as_tensor(task.x_test, dtype=x_dtype),
+                       torch.as_tensor(task.y_test, dtype=y_dtype))
+        with torch.no_grad():
+            row["last"] = evaluate(run.model, test, task, batch)[1]
+    return row
+
+
+def fmt(values: list[float]) -> str:
+    if not values:
+        return "–"
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.3f} ± {std:.3f}"
+
+
+def report(rows: list[dict], command: str) -> str:
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["group"], []).append(row)
+    lines = [
+        "# The result rule against the last round",
+        "",
+        "Test metric of the round search.train.is_result chose (the latest within one standard "
+        "error of the best validation metric, within the budget) and of the run's last round, "
+        "evaluated from its saved weights; mean ± std over the runs of a row.",
+        "",
+        f"Command: `{command}`  ",
+        f"Versions: Python {platform.python_version()}, torch {torch.__version__}.",
+        "",
+        "| task --learn | runs | chose an earlier round | chosen round | last round "
+        "| last − chosen |",
+        "|---|---|---|---|---|---|",
+    ]
+    deltas = []
+    for group, members in groups.items():
+        chosen = [r["chosen"] for r in members]
+        last = [r["last"] for r in members if r["last"] is not None]
+        earlier = sum(r["chosen_epoch"] != r["last_epoch"] for r in members)
+        sign = 1 if members[0]["higher"] else -1
+        delta = sign * (statistics.mean(last) - statistics.mean(chosen)) if last else None
+        over = len(members) - len(last)
+        note = f" ({over} over budget)" if over else ""
+        if delta is not None and not over:
+            deltas.append(delta)
+        lines.append(f"| {group} | {len(members)} | {earlier} | {fmt(chosen)} | {fmt(last)}{note} "
+                     f"| {'–' if delta is None else f'{delta:+.3f}'} |")
+    if deltas:
+        lines += ["", f"Mean of *last − chosen* over the {len(deltas)} rows whose last rounds all "
+                      f"fit (positive: the last round is better): {statistics.mean(deltas):+.4f}."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path, help="finished search.run directories")
+    parser.add_argument("--results", type=Path, help="markdown file to write")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    try:
+        for run_dir in args.run_dirs:  # every directory checked before any work
+            R.read_summary(run_dir)
+    except R.RunError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rows = [compare(d) for d in args.run_dirs]
+    parents = sorted({str(d.resolve().parent) for d in args.run_dirs})
+    command = (f"python benchmarks/result_rule.py RUN_DIR ... ({len(args.run_dirs)} run "
+               f"directories in {', '.join(parents)})")
+    text = report(rows, command)
+    print(text)
+    if args.results:
+        args.results.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
