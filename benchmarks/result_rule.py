@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from dnarch_deploy import rundir as R  # noqa: E402
-from search.train import Batches, evaluate  # noqa: E402
+from search.train import evaluate, split_tensors  # noqa: E402
 
 
 def compare(run_dir: Path) -> dict:
@@ -44,13 +44,9 @@ def compare(run_dir: Path) -> dict:
         row["last"] = None
     else:
         run = R.load_run(run_dir, weights="last")
-        task, batch = run.task, run.config["train"]["eval_batch_size"]
-        x_dtype = torch.long if task.tokens else torch.float32
-        y_dtype = torch.long if task.kind == "classification" else torch.float32
-        test = Batches(torch.as_tensor(task.x_test, dtype=x_dtype),
-                       torch.as_tensor(task.y_test, dtype=y_dtype))
         with torch.no_grad():
-            row["last"] = evaluate(run.model, test, task, batch)[1]
+            row["last"] = evaluate(run.model, split_tensors(run.task, "test"), run.task,
+                                   run.config["train"]["eval_batch_size"])[1]
     return row
 
 

@@ -78,6 +78,14 @@ class Batches:
         return self.x.shape[0]
 
 
+def split_tensors(task, split: str, device: torch.device | str = "cpu") -> Batches:
+    """The task's ``split`` ("train", "val" or "test") as tensors of the dtypes the model reads."""
+    y_dtype = torch.long if task.kind == "classification" else torch.float32
+    x_dtype = torch.long if task.tokens else torch.float32
+    return Batches(torch.as_tensor(getattr(task, f"x_{split}"), dtype=x_dtype, device=device),
+                   torch.as_tensor(getattr(task, f"y_{split}"), dtype=y_dtype, device=device))
+
+
 def model_config(cfg: SearchConfig, task) -> ModelConfig:
     """The model's configuration: the fields that follow from the task, and every other field
     SearchConfig shares with ModelConfig (depth, width, learn, the temperatures...) as given."""
@@ -292,15 +300,9 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     with torch.no_grad():  # the masks' initial values are fixed: so is this, on resume too
         start = float(model_cost(model, units=units)["total"])
 
-    def tensors(x, y) -> Batches:
-        y_dtype = torch.long if task.kind == "classification" else torch.float32
-        x_dtype = torch.long if task.tokens else torch.float32
-        return Batches(torch.as_tensor(x, dtype=x_dtype, device=device),
-                       torch.as_tensor(y, dtype=y_dtype, device=device))
-
-    train_set = tensors(task.x_train, task.y_train)
-    val_set = tensors(task.x_val, task.y_val)
-    test_set = tensors(task.x_test, task.y_test)
+    train_set = split_tensors(task, "train", device)
+    val_set = split_tensors(task, "val", device)
+    test_set = split_tensors(task, "test", device)
     if cfg.batch_size % world.size:
         raise ValueError(f"--batch-size {cfg.batch_size} must be divisible by the number of "
                          f"processes ({world.size})")
