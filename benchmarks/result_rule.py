@@ -103,10 +103,10 @@ def main() -> int:
     try:
         for run_dir in args.run_dirs:  # every directory checked before any work
             R.read_summary(run_dir)
+        rows = [compare(d) for d in args.run_dirs]  # a damaged record or weights file
     except R.RunError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    rows = [compare(d) for d in args.run_dirs]
     parents = sorted({str(d.resolve().parent) for d in args.run_dirs})
     command = (f"python benchmarks/result_rule.py RUN_DIR ... ({len(args.run_dirs)} run "
                f"directories in {', '.join(parents)})")

@@ -38,3 +38,16 @@ def test_a_missing_run_is_refused_before_any_work(tmp_path):
                            str(results)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and f"{tmp_path / 'nope'}" in proc.stderr
     assert "Traceback" not in proc.stderr and not results.exists()
+
+
+def test_damaged_weights_are_one_message_and_no_report(tmp_path):
+    run = tmp_path / "run"
+    run_search(*TINY, "--learn", "none", "--out", str(run))
+    summary = json.loads((run / R.SUMMARY).read_text())
+    (run / R.SUMMARY).write_text(json.dumps({**summary, "best_epoch": -1}))  # last is evaluated
+    (run / R.LAST_WEIGHTS).write_bytes(b"not a safetensors file")
+    results = tmp_path / "out.md"
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(run), "--results", str(results)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "damaged checkpoint" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not results.exists()
