@@ -192,7 +192,7 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
         stalled = sum(1 for r in restarts if r)
         lines.append(
             f"| {task} | {n_test} | {fmt(cell.get('search', []))} | {fmt(cell.get('base', []))} "
-            f"| {peer_rows[0][0] if peer_rows else '–'} {fmt(peer_acc)} "
+            f"| {f'{peer_rows[0][0]} {fmt(peer_acc)}' if peer_rows else '–'} "
             f"| {a.get('1nn_ed', '–')} | {a.get('inceptiontime_split0', '–')} "
             f"| {fmt(walls.get('search', []), 0)} | {fmt(walls.get('base', []), 0)} "
             f"| {fmt([p[2] for p in peer_rows], 1)} | {stalled} of {len(restarts)} |")
