@@ -14,7 +14,8 @@ def add_fields(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...]
     """A flag per field of dataclass ``cls`` (``tau_width`` -> ``--tau-width``), defaulting to the
     field's default and typed by its annotation: int, float or str (``X | None`` as X), a bool
     as ``--flag``/``--no-flag``, ``list[X]`` as a repeatable flag (None when not given). The help
-    text is the field's ``help`` metadata, else its trailing comment in the class's source.
+    text is the field's ``help`` metadata, else its trailing comment in the class's source, as
+    written (a ``%`` is shown as is).
     ``skip``: fields the caller adds itself; ``special``: add_argument keywords per field."""
     hints, helps = typing.get_type_hints(cls), field_help(cls)
     for f in dataclasses.fields(cls):
@@ -29,7 +30,9 @@ def add_fields(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...]
             args = [a for a in typing.get_args(kind) if a is not type(None)]
             kw["type"] = args[0] if args else kind
         kw.update(special.get(f.name, {}))
-        parser.add_argument("--" + f.name.replace("_", "-"), help=helps.get(f.name), **kw)
+        text = helps.get(f.name)  # argparse reads % as a format: a plain "95%" must be "95%%"
+        parser.add_argument("--" + f.name.replace("_", "-"),
+                            help=text.replace("%", "%%") if text else None, **kw)
 
 
 def field_help(cls: type) -> dict[str, str]:

@@ -149,7 +149,7 @@ class SearchConfig:
                         "factor in [1 - this, 1 + this] per sample and axis (classification on "
                         "signals and images only; 0: off)")
     restarts: int = _f(1, "restart a run whose training loss has stalled (still above half the "
-                       "first round's after 30%% of the steps; not judged with --mixup) from a new "
+                       "first round's after 30% of the steps; not judged with --mixup) from a new "
                        "initialisation, at most this many times")
     # --- kernel network and masks
     # not ModelConfig's default: 0 ('auto') is resolved per task (search.train.frequency_prior)

@@ -8,13 +8,14 @@ batch 1 and a large batch, models in turns (``python -m export.measure``); then 
 a row per model with the Pareto-optimal rows marked, and DIR/pareto.png (search/pareto.py).
 
 Flags this command does not know go to every search (``--steps 200 --width 8``); ``--seed``,
-``--budget`` and ``--out`` are the sweep's to set. Everything is checked before any run starts:
-budgets, the task (loaded), the search flags, and an existing DIR (refused unless ``--resume``,
-which continues it: finished runs and exports are reused, stopped runs resumed; the flags given
-must agree with DIR/sweep.json, those left out are taken from it). ``--jobs N`` trains N models at
-a time in local processes; ``--emit-jobs`` writes a job array instead (DIR/jobs.txt, one command
-per model, and DIR/jobs.slurm for SLURM), after which ``--resume`` measures and writes the front.
-Errors a user can cause print one line and exit with status 2.
+``--budget``, ``--out``, ``--learn``, ``--task`` and ``--resume`` are the sweep's own. Everything
+is checked before any run starts: budgets, the task (loaded), the search flags, and an existing DIR
+(refused unless ``--resume``, which continues it: finished runs and exports are reused, stopped
+runs resumed; the flags given must agree with DIR/sweep.json, those left out are taken from it).
+``--jobs N`` trains N models at a time in local processes; ``--emit-jobs`` writes a job array
+instead (DIR/jobs.txt, one command per model, and DIR/jobs.slurm for SLURM), after which
+``--resume`` measures and writes the front. Errors a user can cause print one line and exit with
+status 2.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class SweepConfig:
     # cost is about quadratic in the width and linear in the depth
     base_grid: str = field(default="auto", metadata={"help": (
         "the base CCNN family as WIDTHxDEPTH,... (e.g. 32x4,16x4,32x2); auto: the base width "
-        "times sqrt(budget) for each budget at the base depth, and the base width at half "
+        "times sqrt(min(budget, 1)) for each budget at the base depth, and the base width at half "
         "the depth")})
     # by cost, not timed: the lowering the search's cost model priced, and no time spent timing
     # tactics; --export-flags=--tune times the tactics of every export
