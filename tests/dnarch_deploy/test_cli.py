@@ -50,7 +50,7 @@ def test_skipped_and_special_fields():
 
 
 @pytest.mark.parametrize("module", ["search.run", "search.sweep", "search.tasks", "export.onnx",
-                                    "export.infer", "export.latency_table"])
+                                    "export.infer", "export.measure", "export.latency_table"])
 def test_every_command_prints_its_help(module):
     """--help of every command line prints and exits 0 (a help text with a bare % once crashed
     search.run --help)."""
