@@ -5,11 +5,6 @@ A random shift: each sample moves by a whole number of positions along every spa
 move, so the network is taught what global pooling already assumes: where a pattern sits matters
 less than what it is. Small training sets (tens of series) overfit without it.
 
-A random stretch (window warping, Le Guennec et al., 2016): each sample is resampled along every
-spatial axis by its own factor in [1 - share, 1 + share] about the axis's centre, by linear
-interpolation; positions that read outside the sample are zero. A pattern's class rarely depends
-on its exact duration, which a few dozen training series cannot teach.
-
 Mixup (Zhang et al., 2018): each sample is blended with another of the batch, and its target with
 that sample's, by a weight drawn from Beta(alpha, alpha). The training loss then never reaches
 zero on a few dozen series, which a network otherwise memorises in a quarter of its steps.
@@ -36,29 +31,6 @@ def random_shift(x: Tensor, share: float) -> Tensor:
         shape[axis] = n
         index = source.clamp(0, n - 1).view(shape).expand_as(x)
         x = torch.gather(x, axis, index) * inside.view(shape)
-    return x
-
-
-def random_stretch(x: Tensor, share: float) -> Tensor:
-    """(B, C, *S) -> (B, C, *S): sample b read at centre + (p - centre) / f_b along each spatial
-    axis, f_b ~ U[1 - share, 1 + share] (one factor per sample and axis, torch's global RNG),
-    linear interpolation between the two nearest positions, zero outside the sample."""
-    batch = x.shape[0]
-    for axis in range(2, x.dim()):
-        n = x.shape[axis]
-        factor = 1 + share * (2 * torch.rand(batch, 1, device=x.device) - 1)
-        centre = (n - 1) / 2
-        source = centre + (torch.arange(n, device=x.device) - centre) / factor  # (B, n)
-        low = source.floor()
-        frac = source - low
-        shape = [batch] + [1] * (x.dim() - 1)
-        shape[axis] = n
-        out = 0
-        for pos, weight in ((low, 1 - frac), (low + 1, frac)):
-            inside = (pos >= 0) & (pos <= n - 1)
-            index = pos.clamp(0, n - 1).long().view(shape).expand_as(x)
-            out = out + torch.gather(x, axis, index) * (weight * inside).view(shape).to(x.dtype)
-        x = out
     return x
 
 

@@ -145,9 +145,6 @@ class SearchConfig:
     # OSULeaf 0.67 -> 0.74, one seed each) and cost little elsewhere (benchmarks/ucr_quality.py)
     shift: float = _f(0.1, "random shift of each training input, at most this share of each axis "
                       "either way (classification on signals and images only; 0: off)")
-    stretch: float = _f(0.0, "random stretch of each training input about its centre, by a "
-                        "factor in [1 - this, 1 + this] per sample and axis (classification on "
-                        "signals and images only; 0: off)")
     restarts: int = _f(1, "restart a run whose training loss has stalled (still above half the "
                        "first round's after 30% of the steps; not judged with --mixup) from a new "
                        "initialisation, at most this many times")
@@ -208,7 +205,6 @@ class SearchConfig:
              f"got {self.label_smoothing}"),
             (self.mixup >= 0, f"--mixup must be >= 0 (0: off), got {self.mixup}"),
             (0 <= self.shift < 1, f"--shift must be in [0, 1), got {self.shift}"),
-            (0 <= self.stretch < 1, f"--stretch must be in [0, 1), got {self.stretch}"),
             (self.restarts >= 0, f"--restarts must be >= 0, got {self.restarts}"),
             (self.input_norm in ("auto", "sample", "dataset"), f"--input-norm must be auto, "
              f"sample or dataset, got {self.input_norm!r}"),

@@ -37,7 +37,7 @@ from dnarch_deploy.cost import architecture_cost, architecture_params, limit_los
 from dnarch_deploy.model import canonical_learn
 
 from . import checkpoint, distributed
-from .augment import mixup, random_shift, random_stretch
+from .augment import mixup, random_shift
 from .config import ENERGY_SHARE, MIN_OMEGA_0, SearchConfig, training_length
 from .records import append_jsonl, write_json
 
@@ -328,7 +328,6 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     amp = device.type == "cuda" and cfg.amp
     signals = task.kind == "classification" and not task.tokens  # what augmentation may touch
     shift = cfg.shift if signals else 0.0
-    stretch = cfg.stretch if signals else 0.0
     mix = cfg.mixup if signals else 0.0
 
     bar = tqdm(total=length.steps, initial=step,
@@ -354,8 +353,6 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             x, y = train_set.x[idx], train_set.y[idx]
             if shift:  # drawn for the global batch on every rank, so N ranks shift as one does
                 x = random_shift(x, shift)
-            if stretch:  # the same: one draw for the global batch
-                x = random_stretch(x, stretch)
             if mix:  # the same: one draw for the global batch
                 x, y = mixup(x, y, mcfg.out_channels, mix)
             mine = slice(world.rank * local, (world.rank + 1) * local)

@@ -153,7 +153,6 @@ def test_bad_input_gives_one_clear_message(tmp_path):
         (["--crop-min-length", "-1"], "--crop-min-length must be >= 0"),
         (["--omega-0", "-1"], "--omega-0 must be >= 0 (0: automatic), got -1.0"),
         (["--mixup", "-0.2"], "--mixup must be >= 0 (0: off), got -0.2"),
-        (["--stretch", "1"], "--stretch must be in [0, 1), got 1.0"),
     ]
     for args, needle in cases:
         out = tmp_path / "never"
@@ -315,32 +314,6 @@ def test_random_shift_moves_each_sample_and_fills_zeros():
     assert len({tuple(s[0].tolist()) for s in y}) == 5  # every shift in -2..2 was drawn
     image = torch.arange(16, dtype=torch.float32).view(1, 1, 4, 4).repeat(8, 1, 1, 1)
     assert torch.equal(random_shift(image, 0.1), image)  # round(0.4) = 0: nothing moves
-
-
-def test_random_stretch_resamples_each_sample_about_its_centre():
-    from search.augment import random_stretch
-
-    n, share = 21, 0.2
-    ramp = torch.arange(n, dtype=torch.float32)  # linear interpolation of a ramp is exact
-    x = ramp.repeat(256, 2, 1)
-    torch.manual_seed(0)
-    y = random_stretch(x, share)
-    centre = (n - 1) / 2
-    slopes = []
-    for sample in y:
-        assert torch.equal(sample[0], sample[1])  # one factor per sample, every channel
-        slope = float(sample[0, 11] - sample[0, 10])  # y_p = centre + (p - centre) / f
-        assert 1 / (1 + share) - 1e-5 <= slope <= 1 / (1 - share) + 1e-5
-        source = centre + (ramp - centre) * slope
-        inside = (source >= 0) & (source <= n - 1)
-        assert torch.allclose(sample[0][inside], source[inside], atol=1e-4)
-        assert (sample[0][(source < -1) | (source > n)] == 0).all()  # nothing read outside
-        slopes.append(slope)
-    assert min(slopes) < 1 / 1.15 and max(slopes) > 1 / 0.85  # the range is drawn, both ways
-    # images: each axis its own factor; the centre pixel of an odd image stays where it is
-    image = torch.rand(16, 1, 9, 9)
-    assert torch.equal(random_stretch(image, share)[:, :, 4, 4], image[:, :, 4, 4])
-    assert torch.equal(random_stretch(image, 0.0), image)
 
 
 def test_mixup_blends_each_sample_and_its_target_by_the_same_weight():
