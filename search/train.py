@@ -38,7 +38,14 @@ from dnarch_deploy.model import canonical_learn
 
 from . import checkpoint, distributed
 from .augment import mixup, random_shift
-from .config import ENERGY_SHARE, MIN_OMEGA_0, SearchConfig, training_length
+from .config import (
+    ENERGY_SHARE,
+    MIN_OMEGA_0,
+    SHORT_POSITIONS,
+    SHORT_SMOOTHING,
+    SearchConfig,
+    training_length,
+)
 from .records import append_jsonl, write_json
 
 
@@ -47,8 +54,9 @@ class TrainingDiverged(RuntimeError):
 
 
 # A run is stalled when, after STALL_CHECK of its steps, its training objective is still above
-# STALL_SHARE of the first round's: an initialisation that never tells some classes apart (a loss
-# stuck at ln 2 / 2). It restarts from a new initialisation (--restarts times at most). Runs
+# STALL_SHARE of the first round's (both counted above the objective's floor: 0, or with label
+# smoothing the smoothed targets' entropy): an initialisation that never tells some classes apart
+# (a loss stuck at ln 2 / 2). It restarts from a new initialisation (--restarts times at most). Runs
 # shorter than STALL_MIN_STEPS are not judged: they may simply not have had the time, nor are runs
 # with --mixup, whose blended targets keep the loss of a well-fitting network far above zero
 # (the long sets' runs at --mixup 0.4 all read as stalled).
@@ -62,8 +70,11 @@ class Stalled(RuntimeError):
     """The training objective stalled (see STALL_CHECK); ``record`` says where and how high."""
 
     def __init__(self, record: dict):
+        floor = record.get("floor", 0.0)
+        above = f" (counted above the smoothed targets' entropy {floor:.3f})" if floor else ""
         super().__init__(f"training loss {record['loss']:.3f} after {record['step']} steps is "
-                         f"above {STALL_SHARE} x the first round's {record['first_loss']:.3f}")
+                         f"above {STALL_SHARE} x the first round's {record['first_loss']:.3f}"
+                         f"{above}")
         self.record = record
 
 
@@ -169,6 +180,24 @@ def frequency_prior(cfg: SearchConfig, task) -> float:
         return MIN_OMEGA_0
     cycles = energy_frequency(task.x_train[:FREQUENCY_SAMPLES], ENERGY_SHARE)
     return max(MIN_OMEGA_0, cycles / 4)  # 2 std of omega_0 per unit, over the 2 units of [-1, 1]
+
+
+def label_smoothing(cfg: SearchConfig, task) -> float:
+    """--label-smoothing resolved for the task (left out: see config.SHORT_POSITIONS)."""
+    if cfg.label_smoothing is not None:
+        return cfg.label_smoothing
+    if task.kind != "classification" or task.tokens:
+        return 0.0
+    return SHORT_SMOOTHING if math.prod(task.spatial) <= SHORT_POSITIONS else 0.0
+
+
+def smoothed_entropy(smoothing: float, classes: int) -> float:
+    """The least cross-entropy against targets smoothed by ``smoothing`` over ``classes``: their
+    entropy, with 1 - e + e / K on the label and e / K on each other class (0 without smoothing)."""
+    if smoothing == 0:
+        return 0.0
+    high, low = 1 - smoothing + smoothing / classes, smoothing / classes
+    return -(high * math.log(high) + (classes - 1) * low * math.log(low))
 
 
 def objective(model: DNArch, out: torch.Tensor, y: torch.Tensor,
@@ -329,6 +358,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     signals = task.kind == "classification" and not task.tokens  # what augmentation may touch
     shift = cfg.shift if signals else 0.0
     mix = cfg.mixup if signals else 0.0
+    smoothing = label_smoothing(cfg, task)
+    floor = smoothed_entropy(smoothing, mcfg.out_channels) if task.kind == "classification" else 0.0
 
     bar = tqdm(total=length.steps, initial=step,
                disable=not is_writer or bool(os.environ.get("CI")), desc="search", unit="step",
@@ -360,7 +391,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                 plan = model.plan()
                 out = model.run(x, plan)
-            loss_obj = objective(model, out, y, cfg.label_smoothing)
+            loss_obj = objective(model, out, y, smoothing)
             cost = model_cost(model, plan, units)["total"]
             now = scheduled_target(cfg, start, target, step, length.steps)
             ratio, loss_comp = cost / target, complexity_loss(cost, now)
@@ -392,9 +423,9 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
         at_check = (epoch > 0 and length.steps >= STALL_MIN_STEPS and not mix
                     and steps.start < STALL_CHECK * length.steps <= steps.stop)
         if (at_check and len(restarts) < cfg.restarts
-                and train_row["loss_obj"] > STALL_SHARE * first_loss):
+                and train_row["loss_obj"] - floor > STALL_SHARE * (first_loss - floor)):
             raise Stalled({"step": step, "loss": train_row["loss_obj"], "first_loss": first_loss,
-                           "seconds": wall})
+                           "floor": floor, "seconds": wall})
 
         metric = None
         if is_writer:

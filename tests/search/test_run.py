@@ -20,7 +20,15 @@ from dnarch_deploy import rundir as R
 from dnarch_deploy.cost import architecture_cost, architecture_params
 from search.config import SearchConfig, build_parser, parse_args
 from search.jobs import set_flag
-from search.train import complexity_weight, is_result, learned, objective, scheduled_target
+from search.train import (
+    complexity_weight,
+    is_result,
+    label_smoothing,
+    learned,
+    objective,
+    scheduled_target,
+    smoothed_entropy,
+)
 
 from .conftest import TINY, run_search
 
@@ -431,6 +439,34 @@ def test_label_smoothing_is_cross_entropy_against_smoothed_targets():
     assert torch.isclose(objective(model, out, y), plain)
     smoothed = 0.8 * plain + 0.2 * nll.mean()
     assert torch.isclose(objective(model, out, y, 0.2), smoothed)
+
+
+def test_the_smoothed_targets_entropy_is_the_least_smoothed_loss():
+    """At logits = log of the smoothed targets the objective is their entropy, and no logits do
+    better: the floor the stall check counts from."""
+    model = DNArch(ModelConfig(in_channels=1, out_channels=4, input_size=(16,), depth=1, width=4))
+    y = torch.tensor([0, 3, 1])
+    target = torch.full((3, 4), 0.2 / 4).scatter_(1, y[:, None], 1 - 0.2 + 0.2 / 4)
+    best = objective(model, target.log(), y, 0.2)
+    assert math.isclose(float(best), smoothed_entropy(0.2, 4), rel_tol=1e-6)
+    assert objective(model, torch.randn(3, 4) * 3, y, 0.2) > best
+    assert smoothed_entropy(0.0, 4) == 0.0
+
+
+@pytest.mark.parametrize(("kind", "spatial", "tokens", "flag", "expected"), [
+    ("classification", (24,), False, None, 0.1),  # ItalyPowerDemand
+    ("classification", (256,), False, None, 0.1),
+    ("classification", (257,), False, None, 0.0),
+    ("classification", (8, 8), False, None, 0.1),  # digits
+    ("classification", (28, 28), False, None, 0.0),  # 784 positions
+    ("classification", (200,), True, None, 0.0),  # token inputs: not by default
+    ("dense", (16, 16), False, None, 0.0),
+    ("classification", (24,), False, 0.0, 0.0),  # the flag wins
+    ("classification", (1460,), False, 0.2, 0.2),
+])
+def test_label_smoothing_by_default_only_on_short_inputs(kind, spatial, tokens, flag, expected):
+    task = SimpleNamespace(kind=kind, spatial=spatial, tokens=tokens)
+    assert label_smoothing(SearchConfig(label_smoothing=flag), task) == expected
 
 
 @pytest.mark.parametrize(("size", "learn", "minimum", "expected"), [
