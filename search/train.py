@@ -359,7 +359,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     shift = cfg.shift if signals else 0.0
     mix = cfg.mixup if signals else 0.0
     smoothing = label_smoothing(cfg, task)
-    floor = smoothed_entropy(smoothing, mcfg.out_channels) if task.kind == "classification" else 0.0
+    floor = smoothed_entropy(smoothing, mcfg.out_channels)  # the least training objective
 
     bar = tqdm(total=length.steps, initial=step,
                disable=not is_writer or bool(os.environ.get("CI")), desc="search", unit="step",
