@@ -66,6 +66,12 @@ STALL_MIN_STEPS = 300
 RESTART_SEED = 1_000_003  # initialisation seed of attempt k: seed + k x this
 
 
+def stalled(loss: float, first_loss: float, floor: float = 0.0) -> bool:
+    """The stall test (STALL_CHECK): still above STALL_SHARE of the first round's loss, both
+    counted above ``floor``, the least value the training objective can take."""
+    return loss - floor > STALL_SHARE * (first_loss - floor)
+
+
 class Stalled(RuntimeError):
     """The training objective stalled (see STALL_CHECK); ``record`` says where and how high."""
 
@@ -423,7 +429,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
         at_check = (epoch > 0 and length.steps >= STALL_MIN_STEPS and not mix
                     and steps.start < STALL_CHECK * length.steps <= steps.stop)
         if (at_check and len(restarts) < cfg.restarts
-                and train_row["loss_obj"] - floor > STALL_SHARE * (first_loss - floor)):
+                and stalled(train_row["loss_obj"], first_loss, floor)):
             raise Stalled({"step": step, "loss": train_row["loss_obj"], "first_loss": first_loss,
                            "floor": floor, "seconds": wall})
 

@@ -28,6 +28,7 @@ from search.train import (
     objective,
     scheduled_target,
     smoothed_entropy,
+    stalled,
 )
 
 from .conftest import TINY, run_search
@@ -451,6 +452,17 @@ def test_the_smoothed_targets_entropy_is_the_least_smoothed_loss():
     assert math.isclose(float(best), smoothed_entropy(0.2, 4), rel_tol=1e-6)
     assert objective(model, torch.randn(3, 4) * 3, y, 0.2) > best
     assert smoothed_entropy(0.0, 4) == 0.0
+
+
+def test_the_stall_test_counts_from_the_smoothed_floor():
+    """PLAID-like: 11 classes smoothed by 0.1 cannot go below their entropy, 0.514. A loss of 0.55
+    after a first round of 1.0 is nearly there, not stalled; counted from 0 it would read as
+    stalled (0.55 > 0.5 x 1.0), as all three PLAID runs of the label-smoothing trial did."""
+    floor = smoothed_entropy(0.1, 11)
+    assert math.isclose(floor, 0.5140, abs_tol=1e-4)
+    assert stalled(0.55, 1.0) and not stalled(0.55, 1.0, floor)
+    assert stalled(0.9, 1.0, floor)  # still most of the way up: stalled either way
+    assert not stalled(0.4, 1.0) and stalled(0.7, 1.0)  # no smoothing: half the first round's
 
 
 @pytest.mark.parametrize(("kind", "spatial", "tokens", "flag", "expected"), [
