@@ -47,7 +47,8 @@ def _flag(name: str) -> str:
 
 def prepare_run_dir(cfg: SearchConfig, given: set[str]) -> tuple[Path, SearchConfig]:
     """Check RUN_DIR against --resume; on resume, continue with the saved configuration. Every
-    flag the user typed is compared with the saved one, whatever its value."""
+    flag the user typed is compared with the saved one (or the value it resolved to), whatever
+    its value."""
     run_dir = Path(cfg.out) if cfg.out else default_out(cfg)
     if cfg.resume:
         try:
@@ -58,8 +59,12 @@ def prepare_run_dir(cfg: SearchConfig, given: set[str]) -> tuple[Path, SearchCon
                 R.read_jsonl(run_dir / name, within=run_dir)
         except (R.RunError, TypeError) as e:
             raise UsageError(f"cannot resume: {e}") from None
+        # a flag agrees when it equals the saved flag or the value the run trained with
+        # ('--label-smoothing 0.1' where it was left out and resolved to 0.1)
+        effect = {**saved["train"], **(saved.get("in_effect") or {})}
         conflicts = [f"{_flag(k)} (saved {getattr(saved_cfg, k)!r}, given {getattr(cfg, k)!r})"
-                     for k in sorted(given - RESUMABLE) if getattr(saved_cfg, k) != getattr(cfg, k)]
+                     for k in sorted(given - RESUMABLE)
+                     if getattr(cfg, k) not in (getattr(saved_cfg, k), effect[k])]
         if conflicts:
             raise UsageError(f"--resume continues {run_dir} with its saved configuration; these "
                              f"flags contradict it: {', '.join(conflicts)}")

@@ -197,6 +197,15 @@ def label_smoothing(cfg: SearchConfig, task) -> float:
     return SHORT_SMOOTHING if math.prod(task.spatial) <= SHORT_POSITIONS else 0.0
 
 
+def in_effect(cfg: SearchConfig, task) -> dict[str, float]:
+    """The augmentation and smoothing this task trains with (config.json's ``in_effect``): the
+    flags resolved, and zero where the task's kind takes none (shifts and mixing touch
+    classification signals and images only)."""
+    signals = task.kind == "classification" and not task.tokens
+    return {"shift": cfg.shift if signals else 0.0, "mixup": cfg.mixup if signals else 0.0,
+            "label_smoothing": label_smoothing(cfg, task)}
+
+
 def smoothed_entropy(smoothing: float, classes: int) -> float:
     """The least cross-entropy against targets smoothed by ``smoothing`` over ``classes``: their
     entropy, with 1 - e + e / K on the label and e / K on each other class (0 without smoothing)."""
@@ -207,13 +216,13 @@ def smoothed_entropy(smoothing: float, classes: int) -> float:
 
 
 def objective(model: DNArch, out: torch.Tensor, y: torch.Tensor,
-              label_smoothing: float = 0.0) -> torch.Tensor:
-    """Cross-entropy for classification (against smoothed targets when ``label_smoothing``; ``y``
+              smoothing: float = 0.0) -> torch.Tensor:
+    """Cross-entropy for classification (against targets smoothed by ``smoothing``; ``y``
     labels or, mixed, target probabilities); MSE in units of the target's std for dense tasks."""
     if model.config.dense:
         std = model.output_std.view(1, -1, *([1] * (y.dim() - 2)))
         return (((out.float() - y) / std) ** 2).mean()
-    return F.cross_entropy(out.float(), y, label_smoothing=label_smoothing)
+    return F.cross_entropy(out.float(), y, label_smoothing=smoothing)
 
 
 def make_optimizer(model: DNArch, cfg: SearchConfig) -> torch.optim.Optimizer:
@@ -361,10 +370,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     higher = task.higher_is_better
     standard_error = functools.partial(task.standard_error, n=len(val_set))
     amp = device.type == "cuda" and cfg.amp
-    signals = task.kind == "classification" and not task.tokens  # what augmentation may touch
-    shift = cfg.shift if signals else 0.0
-    mix = cfg.mixup if signals else 0.0
-    smoothing = label_smoothing(cfg, task)
+    effect = in_effect(cfg, task)
+    shift, mix, smoothing = effect["shift"], effect["mixup"], effect["label_smoothing"]
     floor = smoothed_entropy(smoothing, mcfg.out_channels)  # the least training objective
 
     bar = tqdm(total=length.steps, initial=step,
@@ -524,7 +531,8 @@ def write_config(cfg: SearchConfig, run_dir: Path, task, device: str, world_size
     write_json(run_dir / R.CONFIG, {
         "schema": R.RUN_SCHEMA, "version": R.RUN_VERSION, "task": cfg.task,
         "task_options": cfg.task_options(), "seed": cfg.seed, "model": mcfg.to_dict(),
-        "train": cfg.to_dict(), "device": device, "world_size": world_size,
+        "train": cfg.to_dict(), "in_effect": in_effect(cfg, task),
+        "device": device, "world_size": world_size,
         "base_macs": base_cost(mcfg), "target_macs": cfg.budget * base_cost(mcfg),
         "cost_unit": cfg.cost_units().name, "base_cost": base_cost(mcfg, cfg.cost_units()),
         "data": R.data_fingerprint(task), "versions": versions(), "command": sys.argv,

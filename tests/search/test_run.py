@@ -203,6 +203,24 @@ def test_resume_rejects_contradicting_flags(tiny_run, tmp_path):
     assert proc.returncode == 2 and "--lr" in proc.stderr
 
 
+def test_config_records_what_the_run_trained_with_and_resume_accepts_it(tiny_run, tmp_path):
+    """--label-smoothing left out resolves per task (GunPoint: 150 samples, short); config.json
+    keeps the flag as typed and, in ``in_effect``, the value used. On resume, typing that value
+    agrees with the run; typing another contradicts it."""
+    import shutil
+
+    config = R.read_config(tiny_run)
+    assert config["train"]["label_smoothing"] is None
+    assert config["in_effect"] == {"shift": 0.1, "mixup": 0.0, "label_smoothing": 0.1}
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_run, copy)
+    agrees = run_search("--out", str(copy), "--resume", "--label-smoothing", "0.1", check=False)
+    assert "contradict" not in agrees.stderr and "already complete" in agrees.stderr  # got past
+    proc = run_search("--out", str(copy), "--resume", "--label-smoothing", "0.2", check=False)
+    assert proc.returncode == 2
+    assert "--label-smoothing (saved None, given 0.2)" in proc.stderr
+
+
 def test_every_config_field_is_a_documented_flag():
     parser = build_parser()
     flags = {a.dest: a for a in parser._actions}
