@@ -112,11 +112,13 @@ def multistep_macs(length: int, factors: tuple[int, ...]) -> int:
     """Real multiply-accumulates per channel of the 1-D MatMul FFT convolution with these factors:
     first and last stage 2 P1 ceil(L / R1) R1 each (real input, real output; P1 = N1 // 2 + 1,
     R1 = N / N1); each middle stage 4 Nj Q (complex; Q = P1 R1 values), forward and inverse;
-    each twiddle 4 Q, forward and inverse; the spectrum product 4 Q."""
+    each twiddle 4 Q, forward and inverse, but for two factors, where the twiddle is folded into
+    the second stage's matrices (export.tactics.MatMulFFTConv); the spectrum product 4 Q."""
     n1, r1 = factors[0], math.prod(factors[1:])
     p1, rows = n1 // 2 + 1, -(-length // r1)
     q = p1 * r1
-    return 4 * p1 * rows * r1 + 2 * sum(4 * f * q + 4 * q for f in factors[1:]) + 4 * q
+    twiddle = 4 * q if len(factors) > 2 else 0
+    return 4 * p1 * rows * r1 + 2 * sum(4 * f * q + twiddle for f in factors[1:]) + 4 * q
 
 
 def matmul_fft_macs(size: tuple[int, ...], taps: tuple[int, ...], max_factors: int) -> int:

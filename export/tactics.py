@@ -7,13 +7,14 @@ choice are :mod:`dnarch_deploy.operators`' (the search's cost model prices the s
 
   ``direct``  ONNX ``Conv`` (groups = channels padded to a multiple of 4, 'same' zero padding)
               (:class:`DirectConv`).
-  ``matmul``  an FFT written with MatMul / Mul / Add / Reshape only (:class:`MatMulFFTConv`,
-              four-step / Monarch layout in 1-D, one dense DFT matrix per axis in 2-D), plus a
-              Pad / Slice when the length does not fill the four-step grid.
+  ``matmul``  an FFT written with MatMul, elementwise Mul / Add and moves of data only
+              (:class:`MatMulFFTConv`: four-step / Monarch layout in 1-D, its twiddle folded
+              into batched MatMuls; one dense DFT matrix per axis in 2-D), plus a Pad / Slice
+              when the length does not fill the four-step grid.
   ``multistep`` the same MatMul FFT with three factors (:class:`MultiStepFFTConv`): on long
               axes O(N (N1 + 2 (N2 + N3))) multiply-adds against the four-step's O(N^1.5),
               within 5.5x of a textbook radix-2 FFT convolution's (:func:`fft_reference_macs`)
-              up to N = 8192 (the four-step: 6.7x at 1024, 11x at 4096); more, smaller MatMuls.
+              up to N = 8192 (the four-step: 6.6x at 1024, 11x at 4096); more, smaller MatMuls.
   ``dft``     ``torch.fft`` in the graph, exported as the ONNX ``DFT`` op (:class:`DFTConv`).
 
 All four compute the same cross-correlation as :func:`dnarch_deploy.spectral.direct_conv`. The FFT
@@ -93,7 +94,18 @@ class MatMulFFTConv(nn.Module):
     1-D: the sequence, zero-padded to N = N1 N2 ... Nk (:func:`fft_factors`, at most
     ``max_factors``), is viewed as an array with axes t1, t2, ..., tk (row-major, t1 slowest) and
     transformed one axis at a time (multi-step Cooley-Tukey, the four-step / Monarch layout for
-    k = 2, one dense DFT matrix for k = 1): stage j is a DFT along axis j followed by the twiddle
+    k = 2, one dense DFT matrix for k = 1).
+
+    Two factors (the four-step, :meth:`_forward_four_step`): the frequency k1 of the first stage
+    is moved to the front, (P1, B C, 2 N2) with real and imaginary parts side by side, so that the
+    twiddle W_N^(k1 t2) is folded into one (2 N2 x 2 N2) real matrix per k1 and the second stage
+    is one batched MatMul (as :class:`export.resampling.FactoredResample` does). Against the
+    general form below it leaves out the twiddles' Mul / Add passes and three of every four
+    MatMul calls, for two Transposes each way: 5-22 % faster in onnxruntime at 150-1460 samples,
+    batch 1 and 32, 1 thread (``benchmarks/export_speed.py``'s convolution table); its price is
+    P1 such matrices per block (~0.8 MB at 1024 samples).
+
+    More factors: stage j is a DFT along axis j followed by the twiddle
     W_Mj^(kj t') (Mj = Nj ... Nk, t' the index over the later axes). Stage 1 multiplies from the
     left; every later stage first moves t_j to the last axis (a Transpose, none for k = 2) and
     multiplies from the right, one large MatMul over all other axes, which leaves k_j last. The
@@ -127,13 +139,16 @@ class MatMulFFTConv(nn.Module):
             f_rows, scale = dft_matrix(n1)[:, :rows_in], n
             p = n1 // 2 + 1
             spec = spec[:, :p].reshape(channels, p, r1)  # (C, P1, R1): k_2 .. k_k row-major
-            for j in range(1, len(factors)):  # twiddle after stage j: (P1, R1), (Rj, 1, Nj)
-                m, nj = math.prod(factors[j - 1:]), factors[j - 1]
-                kj = np.arange(p if j == 1 else nj)[:, None]
-                tw = np.exp(-2j * np.pi * ((kj * np.arange(m // nj)[None, :]) % m) / m)
-                buffers.update(_complex(f"t{j}", tw if j == 1 else tw.T[:, None, :]))
-            for j in range(2, len(factors) + 1):  # stage j's DFT (symmetric: left or right)
-                buffers.update(_complex(f"d{j}", dft_matrix(factors[j - 1])))
+            if len(factors) == 2:  # the four-step: twiddle folded into the second stage
+                buffers.update(_four_step(f_rows[:p], spec, factors))
+            else:
+                for j in range(1, len(factors)):  # twiddle after stage j: (P1, R1), (Rj, 1, Nj)
+                    m, nj = math.prod(factors[j - 1:]), factors[j - 1]
+                    kj = np.arange(p if j == 1 else nj)[:, None]
+                    tw = np.exp(-2j * np.pi * ((kj * np.arange(m // nj)[None, :]) % m) / m)
+                    buffers.update(_complex(f"t{j}", tw if j == 1 else tw.T[:, None, :]))
+                for j in range(2, len(factors) + 1):  # stage j's DFT (symmetric: left or right)
+                    buffers.update(_complex(f"d{j}", dft_matrix(factors[j - 1])))
             self.factors = factors
         else:
             (h, w), (th, tw) = size, taps
@@ -147,13 +162,16 @@ class MatMulFFTConv(nn.Module):
             buffers.update(_complex("c", dft_matrix(n2)[:w, :]))
             buffers.update(_complex("i", np.conj(dft_matrix(n2)).T[:, :w]))
         weight = np.where((np.arange(p) == 0) | (2 * np.arange(p) == n1), 1.0, 2.0)
-        rows_out = f_rows.shape[1]
-        back = (np.conj(f_rows[:p, :rows_out]).T * weight) / scale  # (rows, P)
-        buffers.update({
-            "f_re": f_rows[:p].real, "f_im": f_rows[:p].imag,  # (P, rows)
-            "b_re": back.real, "b_imn": -back.imag,  # (rows, P)
-        })
-        buffers.update(_complex("g", spec))
+        back = (np.conj(f_rows[:p]).T * weight) / scale  # (rows, P)
+        self.bins, self.q = p, spec[0].size  # P1; complex values per channel after stage 1
+        if self.length is not None and len(self.factors) == 2:  # in _four_step's layouts
+            buffers["back"] = np.concatenate([back.real, -back.imag], 1)  # (rows, 2 P)
+        else:
+            buffers.update({
+                "f_re": f_rows[:p].real, "f_im": f_rows[:p].imag,  # (P, rows)
+                "b_re": back.real, "b_imn": -back.imag,  # (rows, P)
+            })
+            buffers.update(_complex("g", spec))
         dtype = torch.float64 if kernel.dtype == torch.float64 else torch.float32
         for name, value in buffers.items():  # float64 kernel: float64 operators (tests)
             self.register_buffer(name, torch.from_numpy(np.ascontiguousarray(value)).to(dtype))
@@ -172,6 +190,9 @@ class MatMulFFTConv(nn.Module):
             return self._forward_2d(x)
         if self.pad:
             x = F.pad(x, (0, self.pad))
+        if len(self.factors) == 2:
+            y = self._forward_four_step(x)
+            return y[..., : self.length] if self.pad else y
         c, p = self.channels, self.f_re.shape[0]
         x = x.reshape(-1, c, *self.grid)  # (B, C, rows, R1)
         re, im = torch.matmul(self.f_re, x), torch.matmul(self.f_im, x)  # (B, C, P1, R1)
@@ -202,6 +223,21 @@ class MatMulFFTConv(nn.Module):
         y = y.reshape(-1, c, self.grid[0] * self.grid[1])
         return y[..., : self.length] if self.pad else y
 
+    def _forward_four_step(self, x: Tensor) -> Tensor:
+        """(B, C, rows R1) -> (B, C, rows R1), the layouts in :func:`_four_step`."""
+        (rows, r1), c = self.grid, self.channels
+        p = self.bins
+        x = x.reshape(-1, rows, r1).transpose(0, 1).reshape(rows, -1)  # (rows, B C R1)
+        z = torch.matmul(self.first, x).reshape(2, p, -1, r1)  # (re/im, P1, B C, t2)
+        z = z.permute(1, 2, 0, 3).reshape(p, -1, 2 * r1)  # (P1, B C, re t2 | im t2)
+        z = torch.matmul(z, self.second).reshape(p, -1, c, 2 * r1)  # (P1, B, C, re k2 | im k2)
+        re, im = z[..., :r1], z[..., r1:]
+        z = torch.cat([re * self.g_re - im * self.g_im, re * self.g_im + im * self.g_re], -1)
+        z = torch.matmul(z.reshape(p, -1, 2 * r1), self.second_inverse)  # (P1, B C, re|im t2)
+        z = z.reshape(p, -1, 2, r1).permute(2, 0, 1, 3).reshape(2 * p, -1)  # (re/im P1, B C R1)
+        y = torch.matmul(self.back, z).reshape(rows, -1, r1).transpose(0, 1)  # (B C, rows, R1)
+        return y.reshape(-1, c, rows * r1)
+
     def _forward_2d(self, x: Tensor) -> Tensor:
         re, im = torch.matmul(self.f_re, x), torch.matmul(self.f_im, x)  # (B, C, P, W)
         re, im = _cmatmul(re, im, *self._c("c"), right=True)  # (B, C, P, N2)
@@ -216,15 +252,13 @@ class MatMulFFTConv(nn.Module):
 
     def macs(self) -> float:
         """Real multiply-accumulates per sample, counted from the operators' shapes."""
-        p, rows_in = self.f_re.shape
-        rows_out = self.b_re.shape[0]
-        cols = self.grid[1]
-        macs = 2 * p * rows_in * cols + 2 * rows_out * p * cols  # first and last MatMuls
-        q = self.g_re[0].numel()  # complex values per channel after the first stage
+        (rows, cols), p, q = self.grid, self.bins, self.q
+        macs = 2 * 2 * p * rows * cols  # first and last MatMuls (real in, real out)
         macs += 4 * q  # the filter
         if self.length is not None:
+            twiddles = len(self.factors) > 2  # the four-step's is folded into its DFT 2
             for j in range(2, len(self.factors) + 1):
-                macs += 2 * 4 * q * self.factors[j - 1] + 2 * 4 * q  # DFT j and twiddle j - 1
+                macs += 2 * 4 * q * self.factors[j - 1] + 2 * 4 * q * twiddles  # DFT j, twiddle
         else:
             macs += 2 * 4 * q * cols  # the DFTs along the second axis, (W, N2) and (N2, W)
         return float(self.channels * macs)
@@ -252,6 +286,32 @@ class MultiStepFFTConv(MatMulFFTConv):
     def same_as(self, other: nn.Module) -> bool:
         """Whether ``other`` (a :class:`MatMulFFTConv`) is the very same lowering."""
         return isinstance(other, MatMulFFTConv) and self.n == other.n
+
+
+def _four_step(f: np.ndarray, spec: np.ndarray, factors: tuple[int, int]
+               ) -> dict[str, np.ndarray]:
+    """The four-step's buffers in :meth:`MatMulFFTConv._forward_four_step`'s layouts, complex
+    values as real and imaginary parts side by side: ``first`` (2 P1, rows), the first stage's
+    DFT rows stacked re over im; ``second`` (P1, 2 N2, 2 N2), per k1 the twiddle W_N^(k1 t2)
+    times the DFT along t2, and ``second_inverse``, its conjugate transpose's map; ``g_re`` and
+    ``g_im`` (P1, 1, C, N2), the filter's spectrum. f: (P1, rows) complex, spec: (C, P1, N2)."""
+    n1, n2 = factors
+    p = f.shape[0]
+    tw = np.exp(-2j * np.pi * ((np.arange(p)[:, None] * np.arange(n2)[None, :]) % (n1 * n2))
+                / (n1 * n2))  # (P1, N2): k1 t2
+    d2 = dft_matrix(n2)
+    spec = spec.transpose(1, 0, 2)[:, None]  # (P1, 1, C, N2)
+    return {"first": np.concatenate([f.real, f.imag], 0),
+            "second": _stacked(tw[:, :, None] * d2), "second_inverse": _stacked(
+                np.conj(d2) * np.conj(tw)[:, None, :]),
+            "g_re": spec.real, "g_im": spec.imag}
+
+
+def _stacked(w: np.ndarray) -> np.ndarray:
+    """Complex (..., n, m) as the real (..., 2n, 2m) that maps [re | im] to [re | im] of the
+    product from the right: [[Re w, Im w], [-Im w, Re w]]."""
+    return np.concatenate([np.concatenate([w.real, w.imag], -1),
+                           np.concatenate([-w.imag, w.real], -1)], -2)
 
 
 def _last(z: Tensor) -> Tensor:

@@ -71,7 +71,8 @@ def test_direct_conv_runs_on_channels_padded_to_a_multiple_of_4(channels, size, 
 
 
 def test_matmul_fft_uses_only_portable_ops_and_matches_in_onnxruntime():
-    """The MatMul FFT in ORT: MatMul/Mul/Add/Reshape (plus Pad/Slice around a ragged grid)."""
+    """The MatMul FFT in ORT: MatMul, elementwise arithmetic and moves of data (Reshape,
+    Transpose, Slice, Concat, Pad around a ragged grid), no DFT op."""
     cases = [((150,), (149,)), ((64,), (9,)), ((12, 7), (11, 7))]
     kernels = [torch.randn(3, *taps) for _, taps in cases]
     convs = torch.nn.ModuleList(make_conv("matmul", k, s) for k, (s, _) in zip(kernels, cases))
@@ -83,7 +84,7 @@ def test_matmul_fft_uses_only_portable_ops_and_matches_in_onnxruntime():
     xs = tuple(torch.randn(2, 3, *size) for size, _ in cases)
     model = to_onnx(All(), xs, dynamic_batch=False)
     ops = {n.op_type for n in model.graph.node}
-    assert ops <= {"MatMul", "Mul", "Add", "Reshape", "Pad", "Slice"}
+    assert ops <= {"MatMul", "Mul", "Add", "Sub", "Reshape", "Transpose", "Pad", "Slice", "Concat"}
     outs = session(model).run(None, {i.name: x.numpy() for i, x in zip(model.graph.input, xs)})
     for out, x, kernel in zip(outs, xs, kernels):
         ref = direct_conv(x.double(), kernel.double())
@@ -189,7 +190,7 @@ def test_matmul_fft_macs_closed_form_2d(tactic, size, taps):
 def test_multistep_fft_costs_grow_like_an_fft(length):
     """Global kernel: the multi-step form (three factors) stays within 6x of a textbook radix-2
     FFT convolution's multiply-adds (fft_reference_macs) up to L = 8192; the four-step's ratio
-    grows like sqrt(N) / log N (6.7x at 1024, 11x at 4096, 15x at 8192)."""
+    grows like sqrt(N) / log N (6.6x at 1024, 11x at 4096, 14x at 8192)."""
     n = conv_fft_length(length, length - 1)
     reference = fft_reference_macs(n)
     multi = conv_macs("multistep", 1, (length,), (length - 1,)) / reference
@@ -197,7 +198,7 @@ def test_multistep_fft_costs_grow_like_an_fft(length):
     assert multi <= 6.0
     assert four > 1.4 * multi
     if length >= 4096:
-        assert four >= 2.2 * multi
+        assert four >= 2.1 * multi
 
 
 def test_fft_reference_macs_closed_form():
