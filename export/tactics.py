@@ -89,7 +89,7 @@ def dft_matrix(n: int) -> np.ndarray:
 
 
 class MatMulFFTConv(nn.Module):
-    """Depthwise 'same' cross-correlation as an FFT made of MatMul / Mul / Add / Reshape.
+    """Depthwise 'same' cross-correlation as an FFT made of MatMul, Mul / Add and moves of data.
 
     1-D: the sequence, zero-padded to N = N1 N2 ... Nk (:func:`fft_factors`, at most
     ``max_factors``), is viewed as an array with axes t1, t2, ..., tk (row-major, t1 slowest) and
@@ -101,13 +101,12 @@ class MatMulFFTConv(nn.Module):
     twiddle W_N^(k1 t2) is folded into one (2 N2 x 2 N2) real matrix per k1 and the second stage
     is one batched MatMul (as :class:`export.resampling.FactoredResample` does). Against the
     general form below it leaves out the twiddles' Mul / Add passes and three of every four
-    MatMul calls, for two Transposes each way: 5-22 % faster in onnxruntime at 150-1460 samples,
-    batch 1 and 32, 1 thread (``benchmarks/export_speed.py``'s convolution table); its price is
-    P1 such matrices per block (~0.8 MB at 1024 samples).
+    MatMul calls, for two Transposes each way; its price is P1 such matrices per block (~0.8 MB
+    at 1024 samples).
 
     More factors: stage j is a DFT along axis j followed by the twiddle
     W_Mj^(kj t') (Mj = Nj ... Nk, t' the index over the later axes). Stage 1 multiplies from the
-    left; every later stage first moves t_j to the last axis (a Transpose, none for k = 2) and
+    left; every later stage first moves t_j to the last axis (a Transpose) and
     multiplies from the right, one large MatMul over all other axes, which leaves k_j last. The
     spectrum comes out in digit-reversed order k = k1 + N1 k2 + N1 N2 k3 + ..., which is the
     order the filter's spectrum G is stored in, and the inverse runs the stages backwards with
