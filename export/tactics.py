@@ -367,7 +367,7 @@ class DFTConv(nn.Module):
 def distinct_tactics(kernel: Tensor, size: tuple[int, ...],
                      tactics: tuple[str, ...] | None = None) -> dict[str, nn.Module]:
     """The lowered module under each tactic, leaving out one that is the same lowering as an
-    earlier tactic's (multistep where its best factorisation has at most two factors)."""
+    earlier tactic's (multistep where its best factorisation is the matmul tactic's)."""
     mods: dict[str, nn.Module] = {}
     for name in tactics or TACTICS:
         module = make_conv(name, kernel, size)
