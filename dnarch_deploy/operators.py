@@ -69,9 +69,10 @@ DEPTHWISE_CHANNEL_MULTIPLE = 4
 MAX_STAGE_FACTOR = 64
 MAX_FACTORS = {"matmul": 2, "multistep": 3}
 # The four-step's second factor N2 is a multiple of 8 from 16: its layout moves rows of N2 values
-# (Transposes) and multiplies (2 N2)-wide matrices, and onnxruntime runs those 1.2-1.5x faster at
-# N2 = 16 than at the 7-13 that fewest MACs pick on 150-256 samples (64 channels, 1 thread, batch 1
-# and 32; at 1024 samples 24 against 23: 0.98-0.93x).
+# (Transposes) and multiplies (2 N2)-wide matrices, and onnxruntime runs those faster than the
+# grids of fewest MACs (N2 7-25): 0.67-0.82x their time at 150-256 samples, 0.79-1.0x at 512-1460,
+# within 5 % of the fastest grid tried (global kernels, 32-64 channels, 1 thread, batch 1 and 32:
+# ``benchmarks/four_step.py``).
 FOUR_STEP_N2 = range(16, MAX_STAGE_FACTOR + 1, 8)
 
 

@@ -119,7 +119,10 @@ class MatMulFFTConv(nn.Module):
 
     name = "matmul"
 
-    def __init__(self, kernel: Tensor, size: tuple[int, ...]):
+    def __init__(self, kernel: Tensor, size: tuple[int, ...],
+                 factors: tuple[int, ...] | None = None):
+        """1-D ``factors``: the grid N1 x N2 ... to use instead of :func:`fft_factors`' (for
+        benchmarks; their product must reach conv_fft_length)."""
         super().__init__()
         k = kernel.detach().double().numpy()
         taps, channels = tuple(kernel.shape[1:]), kernel.shape[0]
@@ -127,7 +130,10 @@ class MatMulFFTConv(nn.Module):
         self.length = size[0] if len(size) == 1 else None  # 1-D: pad/reshape/crop around it
         buffers: dict[str, np.ndarray] = {}
         if len(size) == 1:
-            factors = fft_factors(size[0], taps[0], MAX_FACTORS[self.name])
+            factors = factors or fft_factors(size[0], taps[0], MAX_FACTORS[self.name])
+            if math.prod(factors) < conv_fft_length(size[0], taps[0]):
+                raise ValueError(f"factors {factors} do not reach the FFT length "
+                                 f"{conv_fft_length(size[0], taps[0])}")
             n1, n = factors[0], math.prod(factors)
             r1 = n // n1
             rows_in = -(-size[0] // r1)

@@ -1,0 +1,84 @@
+"""The four-step MatMul FFT's second factor N2 in onnxruntime: the fact behind
+:data:`dnarch_deploy.operators.FOUR_STEP_N2`.
+
+Per depthwise convolution (channels, length, global kernel) and batch, the matmul tactic
+(:class:`export.tactics.MatMulFFTConv`) is built on each grid N1 x N2 (N1 the smallest that
+reaches the FFT length) and timed in turns in one process: the grid of fewest multiply-adds over
+every N2 from 2 to 64, and every N2 of FOUR_STEP_N2 up to 48. Printed: median ms, MACs per
+channel, and each grid's time against the fewest-MACs grid's (< 1: faster). The grid export now
+picks (:func:`dnarch_deploy.operators.fft_factors`) is marked *. Every module is checked against
+:func:`dnarch_deploy.spectral.direct_conv` first.
+
+    python benchmarks/four_step.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from pathlib import Path
+
+import onnxruntime
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dnarch_deploy.operators import FOUR_STEP_N2, fft_factors, multistep_macs  # noqa: E402
+from dnarch_deploy.spectral import conv_fft_length, direct_conv  # noqa: E402
+from export.emit import to_onnx  # noqa: E402
+from export.tactics import MatMulFFTConv  # noqa: E402
+from export.timing import measure, runner, session  # noqa: E402
+
+CASES = ((32, 150), (64, 256), (64, 512), (64, 1024), (32, 1460))  # channels, length
+
+
+def fewest_macs(length: int, taps: int) -> tuple[int, int]:
+    """The two-factor grid of fewest MACs over every N2 in 2..64 (the rule before FOUR_STEP_N2)."""
+    n = conv_fft_length(length, taps)
+    grids = [(-(-n // f), f) for f in range(2, 65) if 2 * f <= n]
+    return min(grids, key=lambda g: multistep_macs(length, g))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--repeats", type=int, default=20)
+    opt = p.parse_args(argv)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    print(f"Command: `python benchmarks/four_step.py {' '.join(argv or sys.argv[1:])}`  ")
+    print(f"Machine: {platform.machine()}, {os.cpu_count()} logical CPUs, 1 onnxruntime thread; "
+          f"Python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
+          f"{onnxruntime.__version__}\n")
+    print("| channels | length | taps | batch | grid N1 x N2: ms (MACs per channel), / fewest-MACs "
+          "grid's ms |")
+    print("|---|---|---|---|---|")
+    for channels, length in CASES:
+        taps = 2 * length - 1  # global: every output sees every input
+        kernel = torch.randn(channels, taps)
+        n = conv_fft_length(length, taps)
+        grids = [fewest_macs(length, taps)]
+        grids += [(-(-n // f), f) for f in FOUR_STEP_N2 if f <= 48 and (-(-n // f), f) != grids[0]]
+        modules = [MatMulFFTConv(kernel, (length,), factors=g) for g in grids]
+        x = torch.randn(2, channels, length)
+        ref = direct_conv(x.double(), kernel.double())
+        for m in modules:
+            err = float((m(x).double() - ref).abs().max() / ref.abs().max())
+            assert err < 1e-4, f"grid {m.n}: relative error {err:.1e}"
+        chosen = fft_factors(length, taps, 2)
+        for batch in opt.batch:
+            x = torch.randn(batch, channels, length)
+            graphs = [to_onnx(m, (x,)) for m in modules]
+            fns = [runner(session(g, 1), {g.graph.input[0].name: x.numpy()}) for g in graphs]
+            ms = [r["median_ms"] for r in measure(fns, opt.repeats)]
+            cells = [f"{'*' if g == chosen else ''}{g[0]}x{g[1]}: {t:.3f} "
+                     f"({multistep_macs(length, g) / 1e3:.0f}K), {t / ms[0]:.2f}"
+                     for g, t in zip(grids, ms)]
+            print(f"| {channels} | {length} | {taps} | {batch} | {'; '.join(cells)} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
