@@ -43,15 +43,16 @@ PORTABLE = ("direct", "matmul", "multistep")  # no DFT op: every backend runs th
 RESAMPLE_FORMS = ("dense", "factored", "split")
 
 # Measured multiply-adds per second against the four-step's, the by-cost choice's weights.
-# - direct (a one-row image on channels padded to a multiple of 4): about 1.7x the four-step's
-#   rate (median of 18 cases, 1.64x and 1.79x in two runs; from 0.8x for a 1023-tap kernel on 512
-#   samples to 5.5x on short axes: ``benchmarks/direct_conv.py`` table 2).
+# - direct (a one-row image on channels padded to a multiple of 4): about the four-step's rate
+#   since the four-step folds its twiddle into batched MatMuls (median of 18 cases 1.06x, from
+#   0.67x for a 299-tap kernel on 150 samples at batch 32 to 3.7x on 8x8 images; before that
+#   change 1.79x: ``benchmarks/direct_conv.py`` table 2).
 # - multistep: narrower MatMuls plus memory-bound Transposes and twiddles, in onnxruntime on CPU
 #   about 3x (batch 1) to 4x (batch 16) slower per multiply-add than the four-step's two large
 #   MatMuls (L=1024 and 4096, 64 channels, 1 thread).
 # - dft: only ever chosen by measurement: onnxruntime's DFT kernel is far slower than its
 #   operation count says.
-CONV_COST_WEIGHT = {"direct": 0.6, "matmul": 1.0, "multistep": 3.0, "dft": math.inf}
+CONV_COST_WEIGHT = {"direct": 0.95, "matmul": 1.0, "multistep": 3.0, "dft": math.inf}
 
 # The factored forms run four MatMuls (two batched over N2 small matrices) and three Transposes
 # where the dense form runs one large GEMM: in onnxruntime on CPU they do about a third as many
@@ -60,8 +61,8 @@ FACTORED_MAC_PENALTY = 3.0
 
 # onnxruntime's CPU grouped Conv takes its fast (NCHWc) depthwise kernel only for 2-D inputs whose
 # channel count is a multiple of 4: on images with another channel count the one-row, padded form
-# below is 1.4-21x faster, on 1-D inputs up to 6.8x (slower only for 3-tap kernels on 512 samples:
-# 0.7-0.9x, microseconds) (1 thread, batch 1 and 32: ``benchmarks/direct_conv.py`` table 1). The
+# below is 1.5-19x faster, on 1-D inputs up to 6.5x (slower only for 3-tap kernels on 512 samples:
+# 0.7-1.0x, microseconds) (1 thread, batch 1 and 32: ``benchmarks/direct_conv.py`` table 1). The
 # direct tactic runs that way: its channels padded with zero filters, priced at the padded count.
 DEPTHWISE_CHANNEL_MULTIPLE = 4
 
