@@ -189,7 +189,7 @@ def forward_half_weights(n: int, n2: int, k1: int, weights: np.ndarray | None = 
     if weights is not None:
         g = g * np.asarray(weights).reshape(k1, n2).T[:, None, :]
     # (2 N2, N2): rows re | im; (N2, 2 N1, 2 K1)
-    return np.concatenate([f.real, f.imag], axis=0), _complex_block(g)
+    return np.concatenate([f.real, f.imag], axis=0), complex_block(g)
 
 
 def inverse_half_weights(size: int, b: int, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -205,15 +205,16 @@ def inverse_half_weights(size: int, b: int, c: np.ndarray) -> tuple[np.ndarray, 
         2j * np.pi * ((qb[None, :, None] * s1[None, None, :]) % m) / m)
     e = np.exp(2j * np.pi * (np.outer(jb, jb) % b) / b)  # (s2, k2')
     # (N2', 2 K1', 2 M); (N2', 2 N2'): Re of e @ (re + i im)
-    return _complex_block(h), np.concatenate([e.real, -e.imag], axis=1)
+    return complex_block(h), np.concatenate([e.real, -e.imag], axis=1)
 
 
 def forward_half(x: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
-    """Steps (1), (2) on lines of n samples (..., n) -> (N2, lines, re | im K1)."""
-    n2, n1 = w1.shape[1], w2.shape[1] // 2
+    """Steps (1), (2) on lines of n samples (..., n) -> (K2, lines, re | im K1), K2 = half w1's
+    rows (N2 here; the kept first-stage bins of the MatMul FFT in export.tactics)."""
+    n2, n1, k2 = w1.shape[1], w2.shape[1] // 2, w1.shape[0] // 2
     a = x.reshape(-1, n2, n1).transpose(0, 1).reshape(n2, -1)  # (t2, lines t1)
     a = torch.matmul(w1, a)  # (1): (2 k2, lines t1) = re | im
-    a = a.reshape(2, n2, -1, n1).permute(1, 2, 0, 3).reshape(n2, -1, 2 * n1)
+    a = a.reshape(2, k2, -1, n1).permute(1, 2, 0, 3).reshape(k2, -1, 2 * n1)
     return torch.matmul(a, w2)  # (2): (k2, lines, re | im k1)
 
 
@@ -235,15 +236,16 @@ def from_natural_order(z: Tensor, bins: int, b: int) -> Tensor:
 
 
 def inverse_half(z: Tensor, w3: Tensor, w4: Tensor) -> Tensor:
-    """Steps (3), (4): (N2', lines, re | im K1') -> (lines, size)."""
+    """Steps (3), (4): (N2', lines, re | im K1') -> (lines, S2 M), S2 = w4's rows (N2' here; the
+    rows of the MatMul FFT's grid in export.tactics)."""
     b, m = w3.shape[0], w3.shape[2] // 2
     z = torch.matmul(z, w3)  # (3): (k2', lines, re | im s1)
     z = z.reshape(b, -1, 2, m).permute(2, 0, 1, 3).reshape(2 * b, -1)  # (re | im k2', ...)
     y = torch.matmul(w4, z)  # (4): (s2, lines s1)
-    return y.reshape(b, -1, m).transpose(0, 1).reshape(-1, b * m)
+    return y.reshape(w4.shape[0], -1, m).transpose(0, 1).reshape(-1, w4.shape[0] * m)
 
 
-def _complex_block(w: np.ndarray) -> np.ndarray:
+def complex_block(w: np.ndarray) -> np.ndarray:
     """(..., p, q) complex -> (..., 2p, 2q) real with [re | im] @ it == [re | im] of the product."""
     return np.concatenate([np.concatenate([w.real, w.imag], axis=-1),
                            np.concatenate([-w.imag, w.real], axis=-1)], axis=-2)

@@ -36,6 +36,8 @@ from dnarch_deploy import operators
 from dnarch_deploy.operators import MAX_FACTORS, fft_factors, pow2_fft_length
 from dnarch_deploy.spectral import conv_fft_length
 
+from .resampling import complex_block, forward_half, inverse_half
+
 
 class DirectConv(nn.Module):
     """Depthwise 'same' cross-correlation as a grouped 2-D convolution (ONNX Conv): C' * L * K.
@@ -99,7 +101,8 @@ class MatMulFFTConv(nn.Module):
     Two factors (the four-step, :meth:`_forward_four_step`): the frequency k1 of the first stage
     is moved to the front, (P1, B C, 2 N2) with real and imaginary parts side by side, so that the
     twiddle W_N^(k1 t2) is folded into one (2 N2 x 2 N2) real matrix per k1 and the second stage
-    is one batched MatMul (as :class:`export.resampling.FactoredResample` does). Against the
+    is one batched MatMul: the forward transform is the spectral resampling's first half
+    (:func:`export.resampling.forward_half`), the inverse its second (``inverse_half``). Against the
     general form below it leaves out the twiddles' Mul / Add passes and three of every four
     MatMul calls, for two Transposes each way; its price is P1 such matrices per block (~0.8 MB
     at 1024 samples).
@@ -229,18 +232,13 @@ class MatMulFFTConv(nn.Module):
         return y[..., : self.length] if self.pad else y
 
     def _forward_four_step(self, x: Tensor) -> Tensor:
-        """(B, C, rows R1) -> (B, C, rows R1), the layouts in :func:`_four_step`."""
-        (rows, r1), c = self.grid, self.channels
-        p = self.bins
-        x = x.reshape(-1, rows, r1).transpose(0, 1).reshape(rows, -1)  # (rows, B C R1)
-        z = torch.matmul(self.first, x).reshape(2, p, -1, r1)  # (re/im, P1, B C, t2)
-        z = z.permute(1, 2, 0, 3).reshape(p, -1, 2 * r1)  # (P1, B C, re t2 | im t2)
-        z = torch.matmul(z, self.second).reshape(p, -1, c, 2 * r1)  # (P1, B, C, re k2 | im k2)
+        """(B, C, rows R1) -> (B, C, rows R1): the resampling's two halves (export.resampling:
+        steps (1)-(2) and (3)-(4)) around the filter, in :func:`_four_step`'s layouts."""
+        (rows, r1), c, p = self.grid, self.channels, self.bins
+        z = forward_half(x, self.first, self.second).reshape(p, -1, c, 2 * r1)  # (P1, B, C, .)
         re, im = z[..., :r1], z[..., r1:]
         z = torch.cat([re * self.g_re - im * self.g_im, re * self.g_im + im * self.g_re], -1)
-        z = torch.matmul(z.reshape(p, -1, 2 * r1), self.second_inverse)  # (P1, B C, re|im t2)
-        z = z.reshape(p, -1, 2, r1).permute(2, 0, 1, 3).reshape(2 * p, -1)  # (re/im P1, B C R1)
-        y = torch.matmul(self.back, z).reshape(rows, -1, r1).transpose(0, 1)  # (B C, rows, R1)
+        y = inverse_half(z.reshape(p, -1, 2 * r1), self.second_inverse, self.back)
         return y.reshape(-1, c, rows * r1)
 
     def _forward_2d(self, x: Tensor) -> Tensor:
@@ -307,16 +305,9 @@ def _four_step(f: np.ndarray, spec: np.ndarray, factors: tuple[int, int]
     d2 = dft_matrix(n2)
     spec = spec.transpose(1, 0, 2)[:, None]  # (P1, 1, C, N2)
     return {"first": np.concatenate([f.real, f.imag], 0),
-            "second": _stacked(tw[:, :, None] * d2), "second_inverse": _stacked(
-                np.conj(d2) * np.conj(tw)[:, None, :]),
+            "second": complex_block(tw[:, :, None] * d2),
+            "second_inverse": complex_block(np.conj(d2) * np.conj(tw)[:, None, :]),
             "g_re": spec.real, "g_im": spec.imag}
-
-
-def _stacked(w: np.ndarray) -> np.ndarray:
-    """Complex (..., n, m) as the real (..., 2n, 2m) that maps [re | im] to [re | im] of the
-    product from the right: [[Re w, Im w], [-Im w, Re w]]."""
-    return np.concatenate([np.concatenate([w.real, w.imag], -1),
-                           np.concatenate([-w.imag, w.real], -1)], -2)
 
 
 def _last(z: Tensor) -> Tensor:
