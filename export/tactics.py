@@ -14,7 +14,7 @@ choice are :mod:`dnarch_deploy.operators`' (the search's cost model prices the s
   ``multistep`` the same MatMul FFT with three factors (:class:`MultiStepFFTConv`): on long
               axes O(N (N1 + 2 (N2 + N3))) multiply-adds against the four-step's O(N^1.5),
               within 5.5x of a textbook radix-2 FFT convolution's (:func:`fft_reference_macs`)
-              up to N = 8192 (the four-step: 6.6x at 1024, 11x at 4096); more, smaller MatMuls.
+              up to N = 8192 (the four-step: 6.7x at 1024, 11x at 4096); more, smaller MatMuls.
   ``dft``     ``torch.fft`` in the graph, exported as the ONNX ``DFT`` op (:class:`DFTConv`).
 
 All four compute the same cross-correlation as :func:`dnarch_deploy.spectral.direct_conv`. The FFT

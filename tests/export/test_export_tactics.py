@@ -190,7 +190,7 @@ def test_matmul_fft_macs_closed_form_2d(tactic, size, taps):
 def test_multistep_fft_costs_grow_like_an_fft(length):
     """Global kernel: the multi-step form (three factors) stays within 6x of a textbook radix-2
     FFT convolution's multiply-adds (fft_reference_macs) up to L = 8192; the four-step's ratio
-    grows like sqrt(N) / log N (6.6x at 1024, 11x at 4096, 14x at 8192)."""
+    grows like sqrt(N) / log N (6.7x at 1024, 11x at 4096, 14x at 8192)."""
     n = conv_fft_length(length, length - 1)
     reference = fft_reference_macs(n)
     multi = conv_macs("multistep", 1, (length,), (length - 1,)) / reference
