@@ -31,7 +31,7 @@ from export.emit import to_onnx  # noqa: E402
 from export.tactics import MatMulFFTConv  # noqa: E402
 from export.timing import measure, runner, session  # noqa: E402
 
-CASES = ((32, 150), (64, 256), (64, 512), (64, 1024), (32, 1460))  # channels, length
+CASES = ((32, 150), (64, 256), (64, 512), (64, 1024), (32, 1460), (32, 4096))  # channels, length
 
 
 def fewest_macs(length: int, taps: int) -> tuple[int, int]:
