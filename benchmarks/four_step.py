@@ -10,6 +10,7 @@ picks (:func:`dnarch_deploy.operators.fft_factors`) is marked *. Every module is
 :func:`dnarch_deploy.spectral.direct_conv` first.
 
     python benchmarks/four_step.py
+    python benchmarks/four_step.py --quick    # the two shortest cases
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--quick", action="store_true", help="the two shortest cases only")
     opt = p.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| channels | length | taps | batch | grid N1 x N2: ms (MACs per channel), / fewest-MACs "
           "grid's ms |")
     print("|---|---|---|---|---|")
-    for channels, length in CASES:
+    for channels, length in CASES[:2] if opt.quick else CASES:
         taps = 2 * length - 1  # global: every output sees every input
         kernel = torch.randn(channels, taps)
         n = conv_fft_length(length, taps)

@@ -1,0 +1,34 @@
+"""benchmarks/four_step.py --quick as a user runs it: per case and batch one row, the fewest-MACs
+grid first, the grid export picks (FOUR_STEP_N2) marked; and the grid argument it relies on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from export.tactics import MatMulFFTConv
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_quick_run_prints_each_grid_with_the_picked_one_marked():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "four_step.py"), "--quick", "--batch", "1",
+         "--repeats", "2"], capture_output=True, text=True, check=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "grid" not in line]
+    assert len(rows) == 2
+    # a global kernel on 150 samples: fewest MACs at N2 = 7, the multiple of 8 export picks 16
+    assert "| 32 | 150 | 299 | 1 | 43x7: " in rows[0] and "*19x16: " in rows[0]
+    assert "| 64 | 256 | 511 | 1 | 47x11: " in rows[1] and "*32x16: " in rows[1]
+    assert all(row.count("*") == 1 for row in rows)
+
+
+def test_a_grid_too_small_for_the_kernel_is_refused():
+    with pytest.raises(ValueError, match=r"factors \(8, 8\) do not reach the FFT length 224"):
+        MatMulFFTConv(torch.randn(2, 149), (150,), factors=(8, 8))
