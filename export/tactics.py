@@ -84,10 +84,16 @@ def circular_kernel(kernel: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     return g
 
 
+def roots(k: np.ndarray, t: np.ndarray, n: int) -> np.ndarray:
+    """W_n^(k t) = exp(-2 pi i k t / n) for broadcast integer arrays k and t, exact integer
+    phases (k t reduced mod n before the division)."""
+    return np.exp(-2j * np.pi * ((k * t) % n) / n)
+
+
 def dft_matrix(n: int) -> np.ndarray:
-    """W[j, k] = exp(-2 pi i j k / n), exact integer phases."""
+    """W[j, k] = W_n^(j k)."""
     j = np.arange(n)
-    return np.exp(-2j * np.pi * (np.outer(j, j) % n) / n)
+    return roots(j[:, None], j[None, :], n)
 
 
 class MatMulFFTConv(nn.Module):
@@ -153,7 +159,7 @@ class MatMulFFTConv(nn.Module):
                 for j in range(1, len(factors)):  # twiddle after stage j: (P1, R1), (Rj, 1, Nj)
                     m, nj = math.prod(factors[j - 1:]), factors[j - 1]
                     kj = np.arange(p if j == 1 else nj)[:, None]
-                    tw = np.exp(-2j * np.pi * ((kj * np.arange(m // nj)[None, :]) % m) / m)
+                    tw = roots(kj, np.arange(m // nj)[None, :], m)
                     buffers.update(_complex(f"t{j}", tw if j == 1 else tw.T[:, None, :]))
                 for j in range(2, len(factors) + 1):  # stage j's DFT (symmetric: left or right)
                     buffers.update(_complex(f"d{j}", dft_matrix(factors[j - 1])))
@@ -300,8 +306,7 @@ def _four_step(f: np.ndarray, spec: np.ndarray, factors: tuple[int, int]
     ``g_im`` (P1, 1, C, N2), the filter's spectrum. f: (P1, rows) complex, spec: (C, P1, N2)."""
     n1, n2 = factors
     p = f.shape[0]
-    tw = np.exp(-2j * np.pi * ((np.arange(p)[:, None] * np.arange(n2)[None, :]) % (n1 * n2))
-                / (n1 * n2))  # (P1, N2): k1 t2
+    tw = roots(np.arange(p)[:, None], np.arange(n2)[None, :], n1 * n2)  # (P1, N2): k1 t2
     d2 = dft_matrix(n2)
     spec = spec.transpose(1, 0, 2)[:, None]  # (P1, 1, C, N2)
     return {"first": np.concatenate([f.real, f.imag], 0),
