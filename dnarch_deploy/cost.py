@@ -5,9 +5,11 @@ cost prices every operator export lowers a network to, as export lowers it by co
 (:func:`dnarch_deploy.operators.block_operators`): per block the spectral down- and up-sampling
 of each resampled axis in its cheapest form, the depthwise convolution at the tactic export picks
 for its size and its deployed taps (2 R - 1 where the resolution mask is folded into the kernel),
-the two pointwise linear maps, the GELU and the residual add; the encoder's linear map and GELU
-(its norm folded into the linear map) and the decoder. So a found network's figure is export's
-theoretical total for it (``--no-tune``; a tuned export may pick other tactics by measurement).
+the two pointwise linear maps and the first one's bias, the GELU, the residual add and the
+Slices and Concat that read and write a block narrower than the stream; the encoder's linear map
+and GELU (its norm folded into the linear map) and the decoder. So a found network's figure is
+export's theoretical total for it (``--no-tune``; a tuned export may pick other tactics by
+measurement).
 
 Left out: the kernel network and the masks (gone after export), the input normalisation and the
 pooling's divisions.
@@ -169,6 +171,9 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
     res_axes, kernel = list(columns[3 : 3 + axes]), columns[3 + axes :]
     taps = [k * r / s for k, r, s in zip(kernel, res_axes, c.input_size)]
     lowered = {p.index: (p.conv_taps, p.cropped) for p in plan.blocks}
+    # the stream is as wide as the widest channel a block in use reads or writes
+    widest = sizes[ran, 0:3:2].max() if c.learns("W") and ran else None
+    stream = c.max_width if widest is None else round(float(widest.detach()))
     conv_taps, operators = [], []
     for b, row in enumerate(hard.tolist()):
         n_in, n_mid, n_out = (max(1, round(v)) for v in row[:3])
@@ -183,14 +188,13 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
             deployed = folded_taps(res, kernel, cropped, c.learns("R"))
         conv_taps.append(deployed)
         operators.append(block_operators(tuple(c.input_size), res, n_in, n_mid, n_out,
-                                         deployed, cropped))
+                                         deployed, cropped, stream=stream))
     return {
         "n_in": columns[0], "n_mid": columns[1], "n_out": columns[2], "resolution": res_axes,
         # a kernel spanning K input samples has K R / S taps at resolution R
         "taps": taps,
         "weights": _straight_through(soft_weights, hard_weights),
-        # the stream is as wide as the widest channel a block in use reads or writes
-        "stream": sizes[ran, 0:3:2].max() if c.learns("W") and ran else float(c.max_width),
+        "stream": float(c.max_width) if widest is None else widest,
         "conv_taps": conv_taps,
         "operators": operators,
     }
@@ -224,8 +228,14 @@ def _proxies(name: str, kinds: list[str], z: dict, input_size) -> Tensor:
         return r * z["n_mid"]
     if name == "linear2":
         return r * z["n_mid"] * z["n_out"]
+    if name == "bias1":
+        return r * z["n_mid"]
+    if name == "read":
+        return math.prod(size) * z["n_in"]
     if name == "residual":
         return math.prod(size) * z["n_out"]
+    if name == "write":
+        return math.prod(size) * z["stream"] * torch.ones_like(z["n_out"])
     if name == "conv":
         taps = _deployed_taps(z, input_size)
         n = math.prod(rr + (t - 1) / 2 for rr, t in zip(res, taps)).clamp_min(2.0)
@@ -308,7 +318,8 @@ def base_cost(config, units: Units = MACS) -> float:
     """The cost of the base network CCNN_{D,H} a config describes (full resolution, global
     kernels, no masks): the default C_target."""
     size, H = tuple(config.input_size), config.width
-    ops = block_operators(size, size, H, H, H, tuple(config.max_kernel), (False,) * len(size))
+    ops = block_operators(size, size, H, H, H, tuple(config.max_kernel), (False,) * len(size),
+                          stream=H)
     return sum(_layers(size, 0 if config.vocab_size else config.in_channels, config.out_channels,
                        config.pooling, H, [ops] * config.depth, units).values()) + units.per_call
 
@@ -363,7 +374,7 @@ def architecture_operators(arch) -> list[dict[str, Operator]]:
     size = tuple(arch.input_size)
     return [block_operators(size, tuple(b.resolution), b.n_in, b.n_mid, b.n_out,
                             tuple(b.deployed_taps(size, arch.learn)),
-                            tuple(b.cropped_axes(size)))
+                            tuple(b.cropped_axes(size)), stream=arch.stream_width)
             for b in arch.blocks]
 
 

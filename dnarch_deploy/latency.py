@@ -8,7 +8,7 @@ ships with the package (``dnarch_deploy/data/latency_default.json``).
 
 The file is JSON::
 
-    {"schema": "dnarch-deploy/latency-table/2",
+    {"schema": "dnarch-deploy/latency-table/3",
      "header": {"cpu": "AMD EPYC", "cpu_count": 16, "threads": 1, "batches": [1, 32],
                 "versions": {"onnxruntime": ..., "torch": ..., "onnx": ..., "python": "3.11",
                              "dnarch-deploy": ...},
@@ -75,11 +75,13 @@ from .operators import CONV_TACTICS, RESAMPLE_FORMS
 from .tasks.cache import cache_root
 
 # 2: points record their rank and a resampling's axis, measured on opset-20 lowerings (one Gelu
-# node, 1x1 layers as Conv); a table of schema 1 was timed on other graphs and is not used
-SCHEMA = "dnarch-deploy/latency-table/2"
+# node, 1x1 layers as Conv); a table of schema 1 was timed on other graphs and is not used.
+# 3: the kind "copy" (the Slices and Concat around a block narrower than the stream).
+SCHEMA = "dnarch-deploy/latency-table/3"
 # the operator kinds of dnarch_deploy.operators: a pointwise linear map (measured: a 1x1 Conv
-# plus bias), an elementwise op (measured: GELU), each convolution tactic, each resampling form
-KINDS = ("linear", "pointwise", *(f"conv.{t}" for t in CONV_TACTICS),
+# plus bias), an elementwise op (measured: GELU), a copy of channels (measured: two Slices and a
+# Concat), each convolution tactic, each resampling form
+KINDS = ("linear", "pointwise", "copy", *(f"conv.{t}" for t in CONV_TACTICS),
          *(f"resample.{f}" for f in RESAMPLE_FORMS))
 BUNDLED = Path(__file__).parent / "data" / "latency_default.json"
 VERSIONED = ("onnxruntime", "torch", "onnx")  # the packages whose versions a table records

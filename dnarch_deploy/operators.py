@@ -10,6 +10,7 @@ table is keyed by:
 
   ``linear``            a pointwise linear map (a 1x1 Conv over channels)
   ``pointwise``         an element-wise op (GELU, residual add, pooling)
+  ``copy``              channels copied: the Slices and Concat around a narrowed block
   ``conv.<tactic>``     the convolution as one of :data:`CONV_TACTICS`
   ``resample.<form>``   one axis's spectral resampling as one of :data:`RESAMPLE_FORMS`
 
@@ -302,15 +303,24 @@ class Operator(NamedTuple):
 
 def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_in: int,
                     n_mid: int, n_out: int, conv_taps: tuple[int, ...],
-                    cropped: tuple[bool, ...]) -> dict[str, Operator]:
-    """The operators one block lowers to by cost, by name in the order they run: ``down<a>`` per
+                    cropped: tuple[bool, ...], *, stream: int) -> dict[str, Operator]:
+    """The operators one block lowers to by cost, by name in the order they run: ``read`` (a
+    Slice of the first n_in of the ``stream``'s channels, where n_in is fewer), ``down<a>`` per
     cropped axis a (n_in channels, input size -> resolution), ``conv`` (n_in channels at the
-    resolution, ``conv_taps`` taps: the deployed kernel's), ``linear1``, ``gelu``, ``linear2`` (at
-    the resolution), ``up<a>`` per axis whose resolution is not the input's (n_out channels), and
-    ``residual`` (at the input's size). Resampling runs one axis after the other: each axis's
-    lines are the channels times the other axes' current sizes."""
+    resolution, ``conv_taps`` taps: the deployed kernel's), ``linear1``, ``bias1`` (its
+    per-position bias, an Add: the folded norm's shift carried through the convolution),
+    ``gelu``, ``linear2`` (at the resolution), ``up<a>`` per axis whose resolution is not the
+    input's (n_out channels), ``residual`` (at the input's size) and ``write`` (where n_out is
+    fewer than the stream's channels: two Slices and a Concat, the whole stream copied).
+    Resampling runs one axis after the other: each axis's lines are the channels times the
+    other axes' current sizes. Element-wise and copying operators count one MAC per element
+    written: on small inputs onnxruntime's per-node cost, not their arithmetic, is what they add
+    (``benchmarks/latency_prediction.py``)."""
     ops: dict[str, Operator] = {}
     shape = list(input_size)
+    positions = math.prod(input_size)
+    if n_in < stream:
+        ops["read"] = Operator("copy", float(positions * n_in))
     for a, crop in enumerate(cropped):
         if crop:
             form = cheapest_resample(input_size[a], resolution[a])
@@ -322,6 +332,7 @@ def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_
     r = math.prod(resolution)
     ops["conv"] = Operator(f"conv.{tactic}", conv_macs(tactic, n_in, resolution, conv_taps))
     ops["linear1"] = Operator("linear", float(r * n_in * n_mid))
+    ops["bias1"] = Operator("pointwise", float(r * n_mid))
     ops["gelu"] = Operator("pointwise", float(r * n_mid))
     ops["linear2"] = Operator("linear", float(r * n_mid * n_out))
     for a, (n, size) in enumerate(zip(resolution, input_size)):
@@ -331,5 +342,7 @@ def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_
             ops[f"up{a}"] = Operator(f"resample.{form}",
                                      float(lines * resample_macs(form, n, size)))
             shape[a] = size
-    ops["residual"] = Operator("pointwise", float(math.prod(input_size) * n_out))
+    ops["residual"] = Operator("pointwise", float(positions * n_out))
+    if n_out < stream:
+        ops["write"] = Operator("copy", float(positions * stream))
     return ops

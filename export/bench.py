@@ -83,19 +83,23 @@ def theoretical_costs(
         res = tuple(block.bias1.shape[1:])
         n_in, n_mid, n_out = block.n_in, block.w1.shape[0], block.n_out
         work, shape = 0.0, list(size)
+        if n_in < stream:  # Slice the channels it reads
+            work += pointwise_cost(stream_length, n_in)
         for m in block.down:
             work += axis_matmul_macs(m, n_in, tuple(shape))
             shape[m.dim] = m.sizes[1]
         taps = block.conv.taps
         r = float(math.prod(res))
         work += conv_macs(tactic_of(block), n_in, res, taps)
-        work += linear_cost(r, n_in, n_mid) + pointwise_cost(r, n_mid)
+        work += linear_cost(r, n_in, n_mid) + 2 * pointwise_cost(r, n_mid)  # bias, GELU
         work += linear_cost(r, n_mid, n_out)
         shape = list(res)
         for m in block.up:
             work += axis_matmul_macs(m, n_out, tuple(shape))
             shape[m.dim] = m.sizes[1]
         work += pointwise_cost(stream_length, n_out)
+        if n_out < stream:  # the residual's Slices and Concat copy the stream
+            work += pointwise_cost(stream_length, stream)
         out[f"blocks.{i}"] = {"theoretical": float(work)}
     back = None if spectrum is None else lowered.decoder.spectrum.back
     pooled = length if spectrum is None or back is not None else 1

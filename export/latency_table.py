@@ -91,7 +91,7 @@ class Case:
 
 class Linear(nn.Module):
     """A 1x1 layer as export's blocks compute it: one Conv node with its bias. (A block's first
-    layer then adds its per-position bias map, an Add the table does not price.)"""
+    layer then adds its per-position bias map, an Add priced as ``pointwise``.)"""
 
     def __init__(self, channels: int):
         super().__init__()
@@ -100,6 +100,15 @@ class Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return pointwise(x, self.weight, self.bias)
+
+
+class Copy(nn.Module):
+    """What a block narrower than the stream adds to write its channels back: two Slices of the
+    channels and a Concat (export.static.StaticBlock); its reading Slice is priced alike."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        half = x.shape[1] // 2
+        return torch.cat([x[:, :half], x[:, half:]], dim=1)
 
 
 def global_taps(size: tuple[int, ...]) -> tuple[int, ...]:
@@ -114,6 +123,8 @@ def build(case: Case) -> nn.Module:
         return Linear(case.channels)
     if case.kind == "pointwise":
         return nn.GELU()
+    if case.kind == "copy":
+        return Copy()
     if family == "conv":
         return make_conv(form, torch.randn(case.channels, *case.taps), case.size)
     dim = case.axis - len(case.size)
@@ -126,7 +137,7 @@ def macs(case: Case) -> float:
     length = math.prod(case.size)
     if case.kind == "linear":
         return float(linear_cost(length, case.channels, case.channels))
-    if case.kind == "pointwise":
+    if case.kind in ("pointwise", "copy"):
         return float(pointwise_cost(length, case.channels))
     if family == "conv":
         return conv_macs(form, case.channels, case.size, case.taps)
@@ -148,6 +159,7 @@ def grid(quick: bool = False) -> dict[str, list[Case]]:
         for s in sizes:
             cases["linear"].append(Case("linear", c, s))
             cases["pointwise"].append(Case("pointwise", c, s))
+            cases["copy"].append(Case("copy", c, s))
             short = tuple(min(9, t) for t in global_taps(s))
             for taps in dict.fromkeys((global_taps(s), short)):
                 cases["conv.direct"].append(Case("conv.direct", c, s, taps=taps))

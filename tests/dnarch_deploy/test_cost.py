@@ -35,7 +35,8 @@ LEARN = ["KRWD", "none", "K", "R", "W", "D", "KWD"]
 def closed_form_base_cost(c, conv_taps=None) -> float:
     """CCNN_{D,H} written out by hand as export deploys it: encoder (linear with the norm folded,
     none for tokens; GELU), D blocks (the depthwise convolution at the tactic export picks by
-    cost, two H x H pointwise layers, GELU, residual; the norm folded), decoder (each pooling
+    cost, two H x H pointwise layers, the first one's per-position bias, GELU, residual; the norm
+    folded; no Slice or Concat, every block as wide as the stream), decoder (each pooling
     -- mean, and max with pool "avgmax" -- over L H values, and a linear on their H outputs each;
     or a linear per position). ``conv_taps``: the deployed kernel's taps (default the global
     kernel's, K_max = S or S - 1 made odd)."""
@@ -43,7 +44,7 @@ def closed_form_base_cost(c, conv_taps=None) -> float:
     taps = conv_taps or tuple(s if s % 2 else s - 1 for s in c.input_size)
     tactic = conv_by_cost(H, tuple(c.input_size), taps)
     encoder = L * (0 if c.vocab_size else c.in_channels) * H + L * H
-    block = conv_macs(tactic, H, tuple(c.input_size), taps) + 2 * L * H * H + L * H + L * H
+    block = conv_macs(tactic, H, tuple(c.input_size), taps) + 2 * L * H * H + 3 * L * H
     pools = {"avg": 1, "avgmax": 2}[c.pool]
     decoder = L * H * c.out_channels if c.dense else pools * (L * H + H * c.out_channels)
     return encoder + D * block + decoder
@@ -82,6 +83,22 @@ def test_the_search_pays_for_the_network_it_describes(case, learn, state):
         with torch.no_grad():
             paid = float(model_cost(model)["total"])
         assert paid == pytest.approx(architecture_cost(describe(model)), rel=1e-9)
+
+
+def test_a_block_narrower_than_the_stream_pays_for_its_slices_and_concat():
+    """A block reading n_in < stream channels Slices them (n_in L elements); one writing n_out <
+    stream adds to a Slice and Concats the rest back (the stream's L C elements copied)."""
+    from dnarch_deploy.operators import block_operators
+
+    L, args = 20, ((20,), (20,), 6, 10, 8, (3,), (False,))
+    full = block_operators(*args, stream=8)  # as wide as the stream on the write side
+    assert "write" not in full and full["read"].macs == L * 6
+    assert full["bias1"].macs == L * 10 and full["residual"].macs == L * 8
+    narrow = block_operators(*args, stream=12)
+    assert narrow["read"].macs == L * 6 and narrow["write"].macs == L * 12
+    assert list(narrow) == ["read", "conv", "linear1", "bias1", "gelu", "linear2", "residual",
+                            "write"]  # the order they run in
+    assert "read" not in block_operators((20,), (20,), 12, 10, 12, (3,), (False,), stream=12)
 
 
 def test_cost_gradient_reaches_every_mask():

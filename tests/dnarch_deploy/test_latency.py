@@ -134,7 +134,7 @@ def test_gradient_is_finite_at_zero_macs():
 
 
 def test_unknown_kind_names_it_and_the_known_ones():
-    with pytest.raises(ValueError, match=r"'conv\.fft'.*linear, pointwise, conv\.direct"):
+    with pytest.raises(ValueError, match=r"'conv\.fft'.*linear, pointwise, copy, conv\.direct"):
         table().predict_ms("conv.fft", 1e4, 1)
 
 
@@ -247,7 +247,7 @@ def test_no_cached_table_is_quiet_when_the_bundled_one_was_measured_here(cache, 
 
 
 def damaged(path: Path) -> None:
-    path.write_text('{"schema": "dnarch-deploy/latency-table/2", "header": {')
+    path.write_text('{"schema": "dnarch-deploy/latency-table/3", "header": {')
 
 
 def wrong_schema(path: Path) -> None:
