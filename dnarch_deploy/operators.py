@@ -2,14 +2,16 @@
 among the forms of each: the one place both the search's cost model (:mod:`dnarch_deploy.cost`)
 and export (:mod:`export.tactics`, :mod:`export.resampling`, :mod:`export.policy`) take them from.
 
-A block of the deployed network runs, in order: per cropped axis a spectral downsampling, the
-depthwise 'same' convolution at the block's resolution, the two pointwise linear maps with a GELU
-between them, per resampled axis an upsampling back to the input's size, and the residual add
-(the norm is folded into the first linear map). Each operator has a *kind*, the name a latency
-table is keyed by:
+A block of the deployed network runs, in order: a Slice of the channels it reads (where it reads
+fewer than the stream has), per cropped axis a spectral downsampling, the depthwise 'same'
+convolution at the block's resolution, the two pointwise linear maps (the first with a
+per-position bias, the norm folded in) with a GELU between them, per resampled axis an
+upsampling back to the input's size, the residual add, and a Concat of the channels it writes
+with the rest of the stream (where it writes fewer). Each operator has a *kind*, the name a
+latency table is keyed by:
 
   ``linear``            a pointwise linear map (a 1x1 Conv over channels)
-  ``pointwise``         an element-wise op (GELU, residual add, pooling)
+  ``pointwise``         an element-wise op (GELU, bias and residual adds, pooling)
   ``copy``              channels copied: the Slices and Concat around a narrowed block
   ``conv.<tactic>``     the convolution as one of :data:`CONV_TACTICS`
   ``resample.<form>``   one axis's spectral resampling as one of :data:`RESAMPLE_FORMS`
@@ -313,9 +315,9 @@ def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_
     input's (n_out channels), ``residual`` (at the input's size) and ``write`` (where n_out is
     fewer than the stream's channels: two Slices and a Concat, the whole stream copied).
     Resampling runs one axis after the other: each axis's lines are the channels times the
-    other axes' current sizes. Element-wise and copying operators count one MAC per element
-    written: on small inputs onnxruntime's per-node cost, not their arithmetic, is what they add
-    (``benchmarks/latency_prediction.py``)."""
+    other axes' current sizes. Element-wise and copying operators count one MAC per element of
+    their result: on small inputs onnxruntime's per-node cost, not their arithmetic, is what they
+    add (``benchmarks/latency_prediction.py``)."""
     ops: dict[str, Operator] = {}
     shape = list(input_size)
     positions = math.prod(input_size)

@@ -70,8 +70,8 @@ def theoretical_costs(
     stream = enc.weight.shape[1] if enc.tokens else enc.weight.shape[0]
     c_in = 0 if enc.tokens else enc.weight.shape[1]  # a token encoder is a table look-up
     # the stream as its spectrum (export.spectrum): one transform after the encoder, residual adds
-    # over 2 K values, the decoder's mean read from DC (its maximum from the stream transformed
-    # back and added to the encoder's output)
+    # (and a narrowed block's Slices and Concat) over 2 K values, the decoder's mean read from DC
+    # (its maximum from the stream transformed back and added to the encoder's output)
     spectrum = enc.spectrum
     stream_length = length if spectrum is None else 2 * spectrum.out_bins
     out: dict[str, dict[str, float]] = {}
