@@ -175,6 +175,13 @@ class FactoredResample(nn.Module):
 # --- the two halves of the four-step form (shared with export.spectrum) --------------------------
 
 
+def roots(k: np.ndarray, t: np.ndarray, n: int) -> np.ndarray:
+    """W_n^(k t) = exp(-2 pi i k t / n) for broadcast integer arrays k and t, exact integer
+    phases (k t reduced mod n before the division). Every DFT matrix and twiddle of export's
+    MatMul lowerings is built from it."""
+    return np.exp(-2j * np.pi * ((k * t) % n) / n)
+
+
 def forward_half_weights(n: int, n2: int, k1: int, weights: np.ndarray | None = None
                          ) -> tuple[np.ndarray, np.ndarray]:
     """(w1, w2) of steps (1) and (2) of :class:`FactoredResample`: the DFT of n samples split by N2
@@ -182,10 +189,10 @@ def forward_half_weights(n: int, n2: int, k1: int, weights: np.ndarray | None = 
     scale the bins."""
     n1 = n // n2
     j2, t1, q1 = np.arange(n2), np.arange(n1), np.arange(k1)
-    f = np.exp(-2j * np.pi * (np.outer(j2, j2) % n2) / n2)  # (k2, t2)
+    f = roots(j2[:, None], j2[None, :], n2)  # (k2, t2)
     # (2): (k2, t1, k1) = W_n^(t1 k2) W_N1^(t1 k1)
-    g = np.exp(-2j * np.pi * ((j2[:, None, None] * t1[None, :, None]) % n) / n) * np.exp(
-        -2j * np.pi * ((t1[None, :, None] * q1[None, None, :]) % n1) / n1)
+    g = (roots(j2[:, None, None], t1[None, :, None], n)
+         * roots(t1[None, :, None], q1[None, None, :], n1))
     if weights is not None:
         g = g * np.asarray(weights).reshape(k1, n2).T[:, None, :]
     # (2 N2, N2): rows re | im; (N2, 2 N1, 2 K1)
@@ -200,10 +207,9 @@ def inverse_half_weights(size: int, b: int, c: np.ndarray) -> tuple[np.ndarray, 
     c = np.asarray(c).reshape(k1_out, b).T  # (k2', k1'): bin b k1' + k2'
     jb, qb, s1 = np.arange(b), np.arange(k1_out), np.arange(m)
     # (3): (k2', k1', s1) = c W_size^(-k2' s1) W_M^(-k1' s1)
-    h = c[:, :, None] * np.exp(
-        2j * np.pi * ((jb[:, None, None] * s1[None, None, :]) % size) / size) * np.exp(
-        2j * np.pi * ((qb[None, :, None] * s1[None, None, :]) % m) / m)
-    e = np.exp(2j * np.pi * (np.outer(jb, jb) % b) / b)  # (s2, k2')
+    h = c[:, :, None] * np.conj(roots(jb[:, None, None], s1[None, None, :], size)
+                                * roots(qb[None, :, None], s1[None, None, :], m))
+    e = np.conj(roots(jb[:, None], jb[None, :], b))  # (s2, k2')
     # (N2', 2 K1', 2 M); (N2', 2 N2'): Re of e @ (re + i im)
     return complex_block(h), np.concatenate([e.real, -e.imag], axis=1)
 

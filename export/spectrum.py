@@ -44,6 +44,7 @@ from .resampling import (
     inverse_half,
     inverse_half_weights,
     resample_bin_weights,
+    roots,
     to_natural_order,
 )
 from .static import Resample, StaticNet
@@ -77,8 +78,7 @@ class ToSpectrum(nn.Module):
         w = np.ones(bins) if weights is None else np.asarray(weights, dtype=np.float64)
         self.form, d = spectrum_form(length, bins)
         if self.form == "dense":
-            e = np.exp(-2j * np.pi * (np.outer(np.arange(length), np.arange(bins)) % length)
-                       / length) * w
+            e = roots(np.arange(length)[:, None], np.arange(bins)[None, :], length) * w
             self.register_buffer("matrix", _buffer(np.concatenate([e.real, e.imag], axis=1), dtype))
         else:
             k1 = -(-bins // d)

@@ -36,7 +36,7 @@ from dnarch_deploy import operators
 from dnarch_deploy.operators import MAX_FACTORS, fft_factors, pow2_fft_length
 from dnarch_deploy.spectral import conv_fft_length
 
-from .resampling import complex_block, forward_half, inverse_half
+from .resampling import complex_block, forward_half, inverse_half, roots
 
 
 class DirectConv(nn.Module):
@@ -82,12 +82,6 @@ def circular_kernel(kernel: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     index = np.ix_(*[np.arange(-(k // 2), k // 2 + 1) % n for k, n in zip(kernel.shape[1:], sizes)])
     g[(slice(None), *index)] = flipped
     return g
-
-
-def roots(k: np.ndarray, t: np.ndarray, n: int) -> np.ndarray:
-    """W_n^(k t) = exp(-2 pi i k t / n) for broadcast integer arrays k and t, exact integer
-    phases (k t reduced mod n before the division)."""
-    return np.exp(-2j * np.pi * ((k * t) % n) / n)
 
 
 def dft_matrix(n: int) -> np.ndarray:
