@@ -113,14 +113,19 @@ def _resample_fft(x: Tensor, size: int, mask: Tensor | None) -> Tensor:
 
 
 class _RFFT(torch.autograd.Function):
-    """``torch.fft.rfft(x, n, norm=norm)`` on the last axis (zero-padded to ``n`` samples), with
-    a backward that is one real inverse FFT. (Autograd's own backward pads the gradient to a full
-    complex spectrum and runs a complex FFT on it, about twice the work; this makes a resampling
-    step ~25% faster on CPU, and serves the FFT convolution's forward transforms too.)"""
+    """``torch.fft.rfft(x, n, norm=norm)`` on the last axis (zero-padded to ``n`` samples), in
+    float32 whatever the input's precision, with a backward that is one real inverse FFT.
+    (Autograd's own backward pads the gradient to a full complex spectrum and runs a complex FFT
+    on it, about twice the work; this makes a resampling step ~25% faster on CPU, and serves the
+    FFT convolution's forward transforms too.)"""
 
     @staticmethod
     def forward(ctx, x: Tensor, n: int | None = None, norm: str = "forward") -> Tensor:
         ctx.length, ctx.n, ctx.norm = x.shape[-1], n or x.shape[-1], norm
+        if x.dtype in (torch.bfloat16, torch.float16):
+            # CUDA AMP hands bfloat16 activations here, which cuFFT refuses (and float16 it takes
+            # at power-of-two lengths only): every FFT runs in float32, its gradient is cast back
+            x = x.float()
         return torch.fft.rfft(x, n=ctx.n, norm=norm)
 
     @staticmethod

@@ -419,3 +419,26 @@ def test_pool_must_be_known():
         ModelConfig(in_channels=1, out_channels=2, input_size=(16,), pool="max")
     dense = ModelConfig(in_channels=1, out_channels=2, input_size=(16,), dense=True)
     assert dense.pooling == ()  # a dense decoder pools nothing
+
+
+@pytest.mark.parametrize("input_size", [(17,), (9, 9)])
+def test_every_fft_runs_in_float32_under_bfloat16_autocast(input_size, monkeypatch):
+    """search.run trains under bfloat16 autocast on CUDA (--amp), where cuFFT refuses bfloat16:
+    the activations that reach an FFT are bfloat16 there, and each FFT must get float32."""
+    seen = []
+    for name in ("rfft", "irfft", "fft", "irfftn"):
+        original = getattr(torch.fft, name)
+
+        def recording(x, *args, _original=original, **kwargs):
+            seen.append(x.dtype)
+            return _original(x, *args, **kwargs)
+
+        monkeypatch.setattr(torch.fft, name, recording)
+    model = tiny_model(dtype=torch.float32, input_size=input_size)
+    x = torch.randn(3, 2, *input_size)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model.run(x, model.plan())
+    out.float().square().sum().backward()
+    assert out.dtype == torch.bfloat16  # autocast was on: bfloat16 flowed through the blocks
+    assert seen and set(seen) <= {torch.float32, torch.complex64}, set(seen)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
