@@ -6,7 +6,9 @@ masks away from the architecture being timed. Every variant of a setting is time
 interleaved repetitions (base, init, half, ..., base, init, ...), median of N:
 
 - base:   the fixed CCNN_{D,H} (global kernels, full resolution, no masks);
-- init:   DNArch with its masks at initialisation, i.e. at the base size (model_cost == base_cost);
+- init:   DNArch with its masks at initialisation: the base's widths, kernels and resolution
+          (its cost is 1.2-1.6x the base's: with R learned, a full-resolution block's spectrum
+          mask makes its deployed kernel a circular filter as long as the FFT, priced so);
 - half:   DNArch with the kernel, resolution and width masks shrunk by one common factor until
           model_cost / base_cost ~ 0.5 (depth kept), the achieved ratio printed;
 - half-R, half-W: the same cost ratio reached with one mask kind only (diagnostics: which savings
@@ -97,11 +99,12 @@ def make_step(model: DNArch, x: torch.Tensor, y: torch.Tensor, lam: float):
     target = base_cost(model.config)
     learns = model.config.learn != "none"
 
-    def step() -> None:
+    def step() -> None:  # as search.train steps: one plan serves the network and its cost
         model.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        plan = model.plan()
+        loss = F.cross_entropy(model.run(x, plan), y)
         if learns:
-            loss = loss + lam * complexity_loss(model_cost(model)["total"], target)
+            loss = loss + lam * complexity_loss(model_cost(model, plan)["total"], target)
         loss.backward()
 
     return step
@@ -200,8 +203,8 @@ def table(rows: list[dict], opt: Options, command: str, host: str) -> str:
         "",
         f"`{command}`: step = forward + cross-entropy (+ {opt.lam} x L_comp for DNArch) + "
         f"backward, batch {opt.batch}, D={opt.depth}; median of {opt.reps} interleaved "
-        f"repetitions after {opt.warmup} warm-up steps each. `init`: masks at the base size; "
-        f"`half`: kernel, resolution and width masks shrunk together to half the cost; `half-R`, "
+        f"repetitions after {opt.warmup} warm-up steps each. `init`: masks at initialisation "
+        f"(the base's widths, kernels and resolution); `half`: kernel, resolution and width masks shrunk together to half the cost; `half-R`, "
         f"`half-W`: half the cost from one mask kind only. Targets are checked on wall-clock "
         f"time; `CPU / base` is the same ratio in CPU time of the process (less sensitive to "
         f"other jobs on a shared machine; with several threads it also counts their waiting).",
