@@ -204,7 +204,8 @@ def table(rows: list[dict], opt: Options, command: str, host: str) -> str:
         f"`{command}`: step = forward + cross-entropy (+ {opt.lam} x L_comp for DNArch) + "
         f"backward, batch {opt.batch}, D={opt.depth}; median of {opt.reps} interleaved "
         f"repetitions after {opt.warmup} warm-up steps each. `init`: masks at initialisation "
-        f"(the base's widths, kernels and resolution); `half`: kernel, resolution and width masks shrunk together to half the cost; `half-R`, "
+        f"(the base's widths, kernels and resolution); `half`: kernel, resolution and width "
+        f"masks shrunk together to half the cost; `half-R`, "
         f"`half-W`: half the cost from one mask kind only. Targets are checked on wall-clock "
         f"time; `CPU / base` is the same ratio in CPU time of the process (less sensitive to "
         f"other jobs on a shared machine; with several threads it also counts their waiting).",
