@@ -190,7 +190,8 @@ def bench_network(opt: Options, label: str, state: str, model: DNArch, x: torch.
         cands = {"mix": tactics}
         for t in TACTICS:
             if [t] * len(tactics) != tactics and all(
-                    conv_macs(t, blk.n_in, tuple(blk.bias1.shape[1:]), blk.conv.taps) < 2e9
+                    conv_macs(t, blk.n_in, tuple(blk.bias1.shape[1:]), blk.conv.taps,
+                              blk.conv.period) < 2e9
                     for blk in lowered.blocks):
                 cands[t] = [t] * len(tactics)
         graphs = [graph] + [to_onnx(lower(static, v, resample), (batch_of(x, 2),))

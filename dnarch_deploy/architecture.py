@@ -35,6 +35,10 @@ class BlockArchitecture:
     # per axis, whether the resolution mask crops it: the block downsamples there, even where
     # the cropped length rounds up to the input's (None: where resolution < input_size)
     cropped: list[bool] | None = None
+    # per axis, the training's FFT lengths where the resolution mask filters the convolution's
+    # spectrum (BlockPlan.conv_fft): the MatMul FFT forms run it circularly there
+    # (operators.conv_period); None: no mask, or a file from before it was recorded
+    conv_fft: list[int] | None = None
 
     def cropped_axes(self, input_size) -> list[bool]:
         """``cropped``; for files from before it was recorded, where resolution < input (a crop
@@ -135,7 +139,8 @@ class Architecture:
             "n_out": _pos_int,
             "depth_weight": _number,
         }
-        optional = {"conv_taps": _int_list, "cropped": _bool_list}  # None when absent
+        optional = {"conv_taps": _int_list, "cropped": _bool_list,  # None when absent
+                    "conv_fft": _int_list}
         parsed = []
         for i, block in enumerate(blocks):
             _expect(isinstance(block, dict), where, f"blocks[{i}]", "a JSON object")
@@ -235,6 +240,7 @@ def describe(model, epoch: int | None = None) -> Architecture:
             depth_weight=1.0 if p.depth_weight is None else round(float(p.depth_weight), 6),
             conv_taps=list(p.conv_taps),
             cropped=list(p.cropped),
+            conv_fft=None if p.conv_fft is None else list(p.conv_fft),
         )
         for p in plan.blocks
     ]

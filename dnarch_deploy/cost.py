@@ -172,7 +172,7 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
     columns = sizes.unbind(-1)
     res_axes, kernel = list(columns[3 : 3 + axes]), columns[3 + axes :]
     taps = [k * r / s for k, r, s in zip(kernel, res_axes, c.input_size)]
-    lowered = {p.index: (p.conv_taps, p.cropped) for p in plan.blocks}
+    lowered = {p.index: (p.conv_taps, p.cropped, p.conv_fft) for p in plan.blocks}
     # the stream is as wide as the widest channel a block in use reads or writes
     widest = sizes[ran, 0:3:2].max() if c.learns("W") and ran else None
     stream = c.max_width if widest is None else round(float(widest.detach()))
@@ -181,16 +181,17 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
         n_in, n_mid, n_out = (max(1, round(v)) for v in row[:3])
         if b in lowered:
             res = tuple(int(r) for r in row[3 : 3 + axes])
-            deployed, cropped = lowered[b]
+            deployed, cropped, conv_fft = lowered[b]
         else:  # not run: its rounded continuous sizes, lowered as the plan would
             res = tuple(min(s, max(1, round(r))) for r, s in zip(row[3 : 3 + axes], c.input_size))
             cropped = tuple(r < s for r, s in zip(res, c.input_size))
             kernel = [2 * max(0, round((k * r / s - 1) / 2)) + 1  # odd, at resolution r
                       for k, r, s in zip(row[3 + axes :], res, c.input_size)]
             deployed = folded_taps(res, kernel, cropped, c.learns("R"))
+            conv_fft = c.conv_fft(res, cropped)
         conv_taps.append(deployed)
         operators.append(block_operators(tuple(c.input_size), res, n_in, n_mid, n_out,
-                                         deployed, cropped, stream=stream))
+                                         deployed, cropped, stream=stream, conv_fft=conv_fft))
     return {
         "n_in": columns[0], "n_mid": columns[1], "n_out": columns[2], "resolution": res_axes,
         # a kernel spanning K input samples has K R / S taps at resolution R
@@ -376,7 +377,8 @@ def architecture_operators(arch) -> list[dict[str, Operator]]:
     size = tuple(arch.input_size)
     return [block_operators(size, tuple(b.resolution), b.n_in, b.n_mid, b.n_out,
                             tuple(b.deployed_taps(size, arch.learn)),
-                            tuple(b.cropped_axes(size)), stream=arch.stream_width)
+                            tuple(b.cropped_axes(size)), stream=arch.stream_width,
+                            conv_fft=tuple(b.conv_fft) if b.conv_fft else None)
             for b in arch.blocks]
 
 

@@ -174,6 +174,22 @@ class ModelConfig:
             return self.max_kernel
         return tuple(min(k, self.initial_kernel) for k in self.max_kernel)
 
+    def widest_half_taps(self, resolution: tuple[int, ...]) -> tuple[int, ...]:
+        """Per axis, the half-width of the global kernel at ``resolution``: the widest kernel a
+        block computing there can have."""
+        return tuple(min(M.gaussian_half_taps(1.0, k, r / s), (r - 1) // 2)
+                     for k, r, s in zip(self.max_kernel, resolution, self.input_size))
+
+    def conv_fft(self, resolution: tuple[int, ...], cropped: tuple[bool, ...]
+                 ) -> tuple[int, ...] | None:
+        """The FFT lengths per axis of a block's convolution whose spectrum the resolution mask
+        filters (on the axes it does not crop): those of the widest kernel at ``resolution``,
+        whatever the kernel mask keeps; None when R is fixed or every axis is cropped."""
+        if not self.learns("R") or all(cropped):
+            return None
+        return tuple(conv_fft_sizes(resolution, [2 * h + 1 for h in self.widest_half_taps(
+            resolution)]))
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["input_size"] = list(self.input_size)
@@ -498,15 +514,12 @@ class DNArch(nn.Module):
             sizes = (H, H, H) if full else widths[b]
             resolution = resolutions[b]
             scales = [r / s for r, s in zip(resolution, c.input_size)]
-            widest = tuple(  # the global kernel's half-width at this resolution
-                min(M.gaussian_half_taps(1.0, k, sc), (r - 1) // 2)
-                for k, sc, r in zip(c.max_kernel, scales, resolution)
-            )
+            widest = c.widest_half_taps(resolution)
             half = widest if full else tuple(
                 min(M.gaussian_half_taps(x, k, sc), h)
                 for x, k, sc, h in zip(x_k[b], c.max_kernel, scales, widest)
             )
-            conv_mask, conv_fft = self._conv_mask(b, resolution, widest, res_masks[b])
+            conv_mask, conv_fft = self._conv_mask(b, resolution, res_masks[b])
             kernel_size = tuple(
                 2 * M.gaussian_half_taps(x, k) + 1 for x, k in zip(x_k[b], c.max_kernel)
             )
@@ -566,19 +579,20 @@ class DNArch(nn.Module):
             [None if all(m is None for m in row) else tuple(row) for row in masks],
         )
 
-    def _conv_mask(self, b: int, resolution: tuple[int, ...], widest: tuple[int, ...],
+    def _conv_mask(self, b: int, resolution: tuple[int, ...],
                    m_res: tuple[Tensor | None, ...] | None
                    ) -> tuple[Tensor | None, tuple[int, ...] | None]:
         """Block b's resolution mask on the spectrum of its FFT convolution over the axes where
-        it crops nothing, and that FFT's lengths: what puts the mask in the task loss before its
-        first bin is cropped (an element-wise product on the kernel's spectrum, no extra FFT).
-        Cropped axes get 1: their mask acts in the downsampling. The FFT lengths are those of
-        the widest kernel (half-widths ``widest``), whatever the kernel mask keeps."""
+        it crops nothing, and that FFT's lengths (:meth:`ModelConfig.conv_fft`): what puts the
+        mask in the task loss before its first bin is cropped (an element-wise product on the
+        kernel's spectrum, no extra FFT). Cropped axes get 1: their mask acts in the
+        downsampling."""
         c = self.config
-        if not c.learns("R"):
-            return None, None
         axes = len(c.input_size)
-        fft_sizes = conv_fft_sizes(resolution, [2 * h + 1 for h in widest])
+        cropped = (False,) * axes if m_res is None else tuple(m is not None for m in m_res)
+        fft_sizes = c.conv_fft(resolution, cropped)
+        if fft_sizes is None:
+            return None, None
         mask = None
         for axis, (n, n_fft) in enumerate(zip(c.input_size, fft_sizes)):
             if m_res is not None and m_res[axis] is not None:
@@ -589,7 +603,7 @@ class DNArch(nn.Module):
             values = M.sigmoid_mask(positions, mu, c.tau_resolution, c.threshold)
             values = values.view(*[-1 if a == axis else 1 for a in range(axes)])
             mask = values if mask is None else mask * values
-        return (None, None) if mask is None else (mask, tuple(fft_sizes))
+        return mask, fft_sizes
 
     # --- kernels -------------------------------------------------------------------------------
 

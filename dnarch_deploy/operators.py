@@ -84,13 +84,23 @@ FOUR_STEP_N2 = range(16, MAX_STAGE_FACTOR + 1, 8)
 
 
 @functools.cache
-def fft_factors(length: int, taps: int, max_factors: int, min_factors: int = 1
-                ) -> tuple[int, ...]:
+def fft_factors(length: int, taps: int, max_factors: int, min_factors: int = 1,
+                period: int | None = None) -> tuple[int, ...]:
     """Factors (N1, N2, ..., Nk), min_factors <= k <= max_factors, with N = prod >=
     conv_fft_length(length, taps), minimising :func:`multistep_macs`: N2..Nk (2..MAX_STAGE_FACTOR,
     non-increasing; for k = 2, N2 in FOUR_STEP_N2) are tried, N1 is the smallest that makes N long
-    enough."""
-    n = conv_fft_length(length, taps)
+    enough. With ``period`` (a kernel periodic in it, :func:`conv_period`), N may also be exactly
+    the period, a circular convolution: whichever of the two costs less."""
+    best = _best_factors(length, conv_fft_length(length, taps), max_factors, min_factors, False)
+    if period:
+        exact = _best_factors(length, period, max_factors, min_factors, True)
+        best = min(best, exact, key=lambda f: multistep_macs(length, f))
+    return best
+
+
+def _best_factors(length: int, n: int, max_factors: int, min_factors: int, exact: bool
+                  ) -> tuple[int, ...]:
+    """:func:`fft_factors`' search for N >= n, or N == n where ``exact``."""
     best = None
 
     def visit(later: tuple[int, ...]) -> None:
@@ -98,7 +108,7 @@ def fft_factors(length: int, taps: int, max_factors: int, min_factors: int = 1
         if len(later) + 1 >= min_factors and (len(later) != 1 or later[0] in FOUR_STEP_N2):
             factors = (-(-n // math.prod(later)), *later)
             cost = multistep_macs(length, factors)
-            if best is None or cost < best[0]:
+            if (best is None or cost < best[0]) and (not exact or math.prod(factors) == n):
                 best = (cost, factors)
         if len(later) + 1 < max_factors:
             top = min(later[-1] if later else MAX_STAGE_FACTOR, n // math.prod(later))
@@ -108,14 +118,14 @@ def fft_factors(length: int, taps: int, max_factors: int, min_factors: int = 1
 
     visit(())
     if best is None:  # too short for min_factors: as many as fit
-        return fft_factors(length, taps, max_factors, 1)
+        return _best_factors(length, n, max_factors, 1, exact)
     return best[1]
 
 
-def four_step_factors(length: int, taps: int) -> tuple[int, int]:
-    """(N1, N2) with N1 * N2 >= conv_fft_length(length, taps) minimising the MatMul FFT's MACs
-    (N2 = 1: one dense DFT matrix)."""
-    factors = fft_factors(length, taps, 2)
+def four_step_factors(length: int, taps: int, period: int | None = None) -> tuple[int, int]:
+    """(N1, N2) with N1 * N2 >= conv_fft_length(length, taps) (== ``period`` where given)
+    minimising the MatMul FFT's MACs (N2 = 1: one dense DFT matrix)."""
+    factors = fft_factors(length, taps, 2, period=period)
     return factors if len(factors) == 2 else (factors[0], 1)
 
 
@@ -132,16 +142,33 @@ def multistep_macs(length: int, factors: tuple[int, ...]) -> int:
     return 4 * p1 * rows * r1 + 2 * sum(4 * f * q + twiddle for f in factors[1:]) + 4 * q
 
 
-def matmul_fft_macs(size: tuple[int, ...], taps: tuple[int, ...], max_factors: int) -> int:
+def matmul_fft_macs(size: tuple[int, ...], taps: tuple[int, ...], max_factors: int,
+                    period: tuple[int, ...] | None = None) -> int:
     """Real multiply-accumulates per channel of the MatMul FFT convolution: 1-D,
     :func:`multistep_macs` at the best factors; 2-D (H, W), one dense DFT matrix per axis:
     the rows' real DFT and its inverse 2 P H W each (P = N1 // 2 + 1), the columns' complex DFT
-    and its inverse 4 P W N2 each, the spectrum product 4 P N2."""
+    and its inverse 4 P W N2 each, the spectrum product 4 P N2. ``period``: the lengths of a
+    circular convolution (:func:`conv_period`) instead of the shortest linear ones."""
     if len(size) == 1:
-        return multistep_macs(size[0], fft_factors(size[0], taps[0], max_factors))
-    (h, w), (th, tw) = size, taps
-    p, n2 = conv_fft_length(h, th) // 2 + 1, conv_fft_length(w, tw)
+        return multistep_macs(size[0], fft_factors(size[0], taps[0], max_factors,
+                                                   period=period[0] if period else None))
+    (h, w), (n1, n2) = size, period or tuple(conv_fft_length(s, k) for s, k in zip(size, taps))
+    p = n1 // 2 + 1
     return 4 * p * h * w + 8 * p * w * n2 + 4 * p * n2
+
+
+def conv_period(size: tuple[int, ...], taps: tuple[int, ...], fft_sizes: tuple[int, ...],
+                ) -> tuple[int, ...]:
+    """The lengths per axis at which a circular FFT convolution computes a block whose
+    resolution mask filters its spectrum (``fft_sizes``: the training's FFT lengths,
+    :attr:`~dnarch_deploy.model.BlockPlan.conv_fft`; ``taps``: the deployed kernel's,
+    :attr:`~dnarch_deploy.model.BlockPlan.conv_taps`). On an axis the mask filters, the kernel
+    is the masked circular filter spread over 2 S - 1 taps, periodic in the training's length:
+    run circularly at exactly that length, it is the trained function, at fewer MACs than a
+    linear convolution of 2 S - 1 taps needs (length >= 2 S - 1). On the other axes (the cropped
+    ones of an image), the shortest linear length, as without a mask."""
+    return tuple(n if k == 2 * s - 1 and n < conv_fft_length(s, k) else conv_fft_length(s, k)
+                 for s, k, n in zip(size, taps, fft_sizes))
 
 
 def fft_reference_macs(n: int) -> float:
@@ -164,13 +191,17 @@ def depthwise_channels(channels: int) -> int:
     return -(-channels // DEPTHWISE_CHANNEL_MULTIPLE) * DEPTHWISE_CHANNEL_MULTIPLE
 
 
-def conv_macs(tactic: str, channels: int, size: tuple[int, ...], taps: tuple[int, ...]) -> float:
+def conv_macs(tactic: str, channels: int, size: tuple[int, ...], taps: tuple[int, ...],
+              period: tuple[int, ...] | None = None) -> float:
     """Multiply-accumulates per sample of one depthwise 'same' convolution of ``channels``
-    channels at ``size`` with ``taps`` taps per axis, lowered as ``tactic``."""
+    channels at ``size`` with ``taps`` taps per axis, lowered as ``tactic``; ``period``
+    (:func:`conv_period`): the MatMul FFT forms run it circularly at those lengths (the direct
+    and DFT forms take the linear kernel)."""
     if tactic == "direct":
         return float(depthwise_channels(channels) * math.prod(size) * math.prod(taps))
     if tactic in MAX_FACTORS:
-        return float(channels * matmul_fft_macs(tuple(size), tuple(taps), MAX_FACTORS[tactic]))
+        return float(channels * matmul_fft_macs(tuple(size), tuple(taps), MAX_FACTORS[tactic],
+                                                period))
     if tactic == "dft":
         n = math.prod(pow2_fft_length(s, k) for s, k in zip(size, taps))
         return float(channels * n * math.log2(n)) if n > 1 else 0.0
@@ -183,9 +214,10 @@ def cheapest_conv(costs: dict[str, float]) -> str:
     return min(PORTABLE, key=lambda t: costs[t] * CONV_COST_WEIGHT[t])
 
 
-def conv_by_cost(channels: int, size: tuple[int, ...], taps: tuple[int, ...]) -> str:
+def conv_by_cost(channels: int, size: tuple[int, ...], taps: tuple[int, ...],
+                 period: tuple[int, ...] | None = None) -> str:
     """The tactic export picks by cost for this convolution (:func:`cheapest_conv`)."""
-    return cheapest_conv({t: conv_macs(t, channels, size, taps) for t in PORTABLE})
+    return cheapest_conv({t: conv_macs(t, channels, size, taps, period) for t in PORTABLE})
 
 
 # --- the resampling -------------------------------------------------------------------------------
@@ -305,11 +337,14 @@ class Operator(NamedTuple):
 
 def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_in: int,
                     n_mid: int, n_out: int, conv_taps: tuple[int, ...],
-                    cropped: tuple[bool, ...], *, stream: int) -> dict[str, Operator]:
+                    cropped: tuple[bool, ...], *, stream: int,
+                    conv_fft: tuple[int, ...] | None = None) -> dict[str, Operator]:
     """The operators one block lowers to by cost, by name in the order they run: ``read`` (a
     Slice of the first n_in of the ``stream``'s channels, where n_in is fewer), ``down<a>`` per
     cropped axis a (n_in channels, input size -> resolution), ``conv`` (n_in channels at the
-    resolution, ``conv_taps`` taps: the deployed kernel's), ``linear1``, ``bias1`` (its
+    resolution, ``conv_taps`` taps: the deployed kernel's; with ``conv_fft``, the training's FFT
+    lengths of a block whose resolution mask filters its spectrum, circular at
+    :func:`conv_period` in the MatMul FFT forms), ``linear1``, ``bias1`` (its
     per-position bias, an Add: the folded norm's shift carried through the convolution),
     ``gelu``, ``linear2`` (at the resolution), ``up<a>`` per axis whose resolution is not the
     input's (n_out channels), ``residual`` (at the input's size) and ``write`` (where n_out is
@@ -330,9 +365,11 @@ def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_
             ops[f"down{a}"] = Operator(f"resample.{form}",
                                        float(lines * resample_macs(form, shape[a], resolution[a])))
             shape[a] = resolution[a]
-    tactic = conv_by_cost(n_in, resolution, conv_taps)
+    period = conv_period(resolution, conv_taps, conv_fft) if conv_fft else None
+    tactic = conv_by_cost(n_in, resolution, conv_taps, period)
     r = math.prod(resolution)
-    ops["conv"] = Operator(f"conv.{tactic}", conv_macs(tactic, n_in, resolution, conv_taps))
+    ops["conv"] = Operator(f"conv.{tactic}",
+                           conv_macs(tactic, n_in, resolution, conv_taps, period))
     ops["linear1"] = Operator("linear", float(r * n_in * n_mid))
     ops["bias1"] = Operator("pointwise", float(r * n_mid))
     ops["gelu"] = Operator("pointwise", float(r * n_mid))

@@ -90,7 +90,7 @@ def theoretical_costs(
             shape[m.dim] = m.sizes[1]
         taps = block.conv.taps
         r = float(math.prod(res))
-        work += conv_macs(tactic_of(block), n_in, res, taps)
+        work += conv_macs(tactic_of(block), n_in, res, taps, block.conv.period)
         work += linear_cost(r, n_in, n_mid) + 2 * pointwise_cost(r, n_mid)  # bias, GELU
         work += linear_cost(r, n_mid, n_out)
         shape = list(res)

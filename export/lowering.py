@@ -64,7 +64,7 @@ def lower(static: StaticNet, tactics: list[str],
             up = zip(block.up, rs["up"], strict=True)
             block.down = nn.Sequential(*(lower_resample(m, input_size[m.dim], t) for m, t in down))
             block.up = nn.Sequential(*(lower_resample(m, resolution[m.dim], t) for m, t in up))
-        block.conv = make_conv(tactic, block.conv.kernel, resolution)
+        block.conv = make_conv(tactic, block.conv.kernel, resolution, block.conv.period)
         block.tactic = tactic
         block.resample_tactics = {k: list(v) for k, v in rs.items()}
     if any(spectral):

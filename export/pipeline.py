@@ -239,6 +239,8 @@ def export_architecture(found: dict, lowered: StaticNet, tactics: list[str],
             "n_out": block.n_out,
             "resolution": list(block.bias1.shape[1:]),
             "kernel_taps": list(conv.taps),
+            # a folded resolution mask: the circular lengths the MatMul FFT runs it at
+            "conv_period": None if conv.period is None else list(conv.period),
             "downsample": [list(m.sizes) for m in block.down],  # (S, R) per resampled axis
             "upsample": [list(m.sizes) for m in block.up],
             # per resampled axis: "dense" (one MatMul), "factored" or "split" (MatMul FFTs)

@@ -48,7 +48,8 @@ def tactic_costs(static: StaticNet) -> list[dict[str, float]]:
     costs = []
     for block in static.blocks:
         size, taps = block_resolution(block), tuple(block.conv.kernel.shape[1:])
-        costs.append({t: conv_macs(t, block.n_in, size, taps) for t in TACTICS})
+        costs.append({t: conv_macs(t, block.n_in, size, taps, block.conv.period)
+                      for t in TACTICS})
     return costs
 
 

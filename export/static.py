@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from dnarch_deploy import Architecture, DNArch, describe
 from dnarch_deploy.model import Norm, Plan, standardise
+from dnarch_deploy.operators import conv_period
 from dnarch_deploy.spectral import direct_conv, fft_conv, masked_kernel, resample
 
 
@@ -62,11 +63,14 @@ class Resample(nn.Module):
 
 
 class SpectralConv(nn.Module):
-    """Depthwise 'same' cross-correlation via torch.fft, as the trained model computes it."""
+    """Depthwise 'same' cross-correlation via torch.fft, as the trained model computes it.
+    ``period``: the kernel holds a folded resolution mask and is periodic in these lengths
+    (:func:`dnarch_deploy.operators.conv_period`), at which the lowered MatMul FFT runs it."""
 
-    def __init__(self, kernel: Tensor):
+    def __init__(self, kernel: Tensor, period: tuple[int, ...] | None = None):
         super().__init__()
         self.register_buffer("kernel", kernel.detach().clone())  # (C, *taps)
+        self.period = period
 
     def forward(self, x: Tensor) -> Tensor:
         return fft_conv(x, self.kernel)
@@ -274,9 +278,11 @@ def _block(model: DNArch, p, kernel: Tensor, stream: int) -> StaticBlock:
     if p.m_res is not None:  # on each axis the mask crops (on a fast length, even at r == S)
         down = [Resample(r, d, m) for r, d, m in zip(p.resolution, dims, p.m_res) if m is not None]
     up = [Resample(n, d) for n, r, d in zip(size, p.resolution, dims) if r != n]
+    period = None
     if p.conv_mask is not None:  # the mask on the convolution's spectrum, folded into its kernel
         kernel = masked_kernel(kernel.double(), p.resolution, p.conv_mask.double(),
                                list(p.conv_fft))
+        period = conv_period(p.resolution, tuple(kernel.shape[1:]), p.conv_fft)
     # the BatchNorm shift carried through down and conv: c * conv(down(1)), (n_in, *R)
     ones = torch.ones(1, p.n_in, *size, dtype=torch.float64)
     shift = direct_conv(copy.deepcopy(nn.Sequential(*down)).double()(ones), kernel.double())[0]
@@ -286,7 +292,7 @@ def _block(model: DNArch, p, kernel: Tensor, stream: int) -> StaticBlock:
         index=p.index,
         stream=stream,
         down=down,
-        conv=SpectralConv(kernel.to(f32)),
+        conv=SpectralConv(kernel.to(f32), period),
         w1=(w1 * a[None, :]).to(f32),
         bias1=bias1.to(f32),
         w2=w2.to(f32),

@@ -49,9 +49,11 @@ class DirectConv(nn.Module):
 
     name = "direct"
 
-    def __init__(self, kernel: Tensor, size: tuple[int, ...] | None = None):
+    def __init__(self, kernel: Tensor, size: tuple[int, ...] | None = None,
+                 period: tuple[int, ...] | None = None):
         super().__init__()  # size: a grouped convolution runs at any length
         self.channels, self.taps = kernel.shape[0], tuple(kernel.shape[1:])
+        self.period = None  # the kernel's every tap, linearly (a periodic one too)
         taps_2d = (1, *self.taps) if len(self.taps) == 1 else self.taps
         weight = kernel.new_zeros(operators.depthwise_channels(self.channels), 1, *taps_2d)
         weight[: self.channels, 0] = kernel.detach().reshape(self.channels, *taps_2d)
@@ -123,20 +125,26 @@ class MatMulFFTConv(nn.Module):
     name = "matmul"
 
     def __init__(self, kernel: Tensor, size: tuple[int, ...],
-                 factors: tuple[int, ...] | None = None):
-        """1-D ``factors``: the grid N1 x N2 ... to use instead of :func:`fft_factors`' (for
+                 period: tuple[int, ...] | None = None, factors: tuple[int, ...] | None = None):
+        """``period`` (:func:`dnarch_deploy.operators.conv_period`): the FFT lengths of a
+        circular convolution, for a kernel periodic in them (a resolution mask folded into it):
+        the transforms run at exactly those lengths, not at the linear convolution's. 1-D
+        ``factors``: the grid N1 x N2 ... to use instead of :func:`fft_factors`' (for
         benchmarks; their product must reach conv_fft_length)."""
         super().__init__()
         k = kernel.detach().double().numpy()
         taps, channels = tuple(kernel.shape[1:]), kernel.shape[0]
-        self.taps, self.channels = taps, channels
+        self.taps, self.channels, self.period = taps, channels, period
         self.length = size[0] if len(size) == 1 else None  # 1-D: pad/reshape/crop around it
+        lengths = period or tuple(conv_fft_length(s, t) for s, t in zip(size, taps))
         buffers: dict[str, np.ndarray] = {}
-        if len(size) == 1:
-            factors = factors or fft_factors(size[0], taps[0], MAX_FACTORS[self.name])
-            if math.prod(factors) < conv_fft_length(size[0], taps[0]):
-                raise ValueError(f"factors {factors} do not reach the FFT length "
-                                 f"{conv_fft_length(size[0], taps[0])}")
+        if len(size) == 1:  # the period, or any length a linear convolution fits in
+            factors = factors or fft_factors(size[0], taps[0], MAX_FACTORS[self.name],
+                                             period=lengths[0] if period else None)
+            linear = conv_fft_length(size[0], taps[0])
+            if math.prod(factors) < linear and math.prod(factors) != lengths[0]:
+                also = f" nor make the period {lengths[0]}" if period else ""
+                raise ValueError(f"factors {factors} do not reach the FFT length {linear}{also}")
             n1, n = factors[0], math.prod(factors)
             r1 = n // n1
             rows_in = -(-size[0] // r1)
@@ -159,8 +167,7 @@ class MatMulFFTConv(nn.Module):
                     buffers.update(_complex(f"d{j}", dft_matrix(factors[j - 1])))
             self.factors = factors
         else:
-            (h, w), (th, tw) = size, taps
-            n1, n2 = conv_fft_length(h, th), conv_fft_length(w, tw)
+            (h, w), (n1, n2) = size, lengths
             self.grid, self.pad, self.factors = (h, w), 0, (n1, n2)
             spec = np.fft.fft2(circular_kernel(k, (n1, n2)))  # (C, N1, N2)
             f_rows, scale = dft_matrix(n1)[:, :h], n1 * n2
@@ -341,9 +348,11 @@ class DFTConv(nn.Module):
 
     name = "dft"
 
-    def __init__(self, kernel: Tensor, size: tuple[int, ...]):
+    def __init__(self, kernel: Tensor, size: tuple[int, ...],
+                 period: tuple[int, ...] | None = None):
         super().__init__()
         self.sizes, self.taps = tuple(size), tuple(kernel.shape[1:])
+        self.period = None  # linear, at power-of-two lengths (the DFT op's exact ones)
         self.n = tuple(pow2_fft_length(s, k) for s, k in zip(size, kernel.shape[1:]))
         g = circular_kernel(kernel.detach().double().numpy(), self.n)
         self.register_buffer("g", torch.from_numpy(g).float())  # (C, *N)
@@ -361,12 +370,13 @@ class DFTConv(nn.Module):
 
 
 def distinct_tactics(kernel: Tensor, size: tuple[int, ...],
-                     tactics: tuple[str, ...] | None = None) -> dict[str, nn.Module]:
+                     tactics: tuple[str, ...] | None = None,
+                     period: tuple[int, ...] | None = None) -> dict[str, nn.Module]:
     """The lowered module under each tactic, leaving out one that is the same lowering as an
     earlier tactic's (multistep where its best factorisation is the matmul tactic's)."""
     mods: dict[str, nn.Module] = {}
     for name in tactics or TACTICS:
-        module = make_conv(name, kernel, size)
+        module = make_conv(name, kernel, size, period)
         same = getattr(module, "same_as", None)
         if same is None or not any(same(m) for m in mods.values()):
             mods[name] = module
@@ -388,13 +398,16 @@ def tactic(name: str) -> type[nn.Module]:
     return REGISTRY[name]
 
 
-def make_conv(name: str, kernel: Tensor, size: tuple[int, ...]) -> nn.Module:
-    """The lowered module of a (C, *taps) kernel at resolution ``size``, as tactic ``name``."""
-    return tactic(name)(kernel, size)
+def make_conv(name: str, kernel: Tensor, size: tuple[int, ...],
+              period: tuple[int, ...] | None = None) -> nn.Module:
+    """The lowered module of a (C, *taps) kernel at resolution ``size``, as tactic ``name``;
+    ``period``: the kernel is periodic in these lengths (:class:`MatMulFFTConv`)."""
+    return tactic(name)(kernel, size, period)
 
 
-def conv_macs(name: str, channels: int, size: tuple[int, ...], taps: tuple[int, ...]) -> float:
+def conv_macs(name: str, channels: int, size: tuple[int, ...], taps: tuple[int, ...],
+              period: tuple[int, ...] | None = None) -> float:
     """Theoretical cost of one depthwise convolution per sample under tactic ``name``
     (:func:`dnarch_deploy.operators.conv_macs`)."""
     tactic(name)  # an unknown name: the ValueError that lists the tactics
-    return operators.conv_macs(name, channels, size, taps)
+    return operators.conv_macs(name, channels, size, taps, period)

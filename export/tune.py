@@ -43,7 +43,8 @@ def worth_timing(mods: dict[str, nn.Module], block) -> dict[str, nn.Module]:
     """The candidates of one block worth timing: all but portable tactics whose theoretical MACs
     exceed MAX_MAC_RATIO times the cheapest portable tactic's."""
     size, taps = block_resolution(block), tuple(block.conv.kernel.shape[1:])
-    macs = {t: conv_macs(t, block.n_in, size, taps) for t in mods if t in PORTABLE}
+    macs = {t: conv_macs(t, block.n_in, size, taps, block.conv.period)
+            for t in mods if t in PORTABLE}
     least = min(macs.values(), default=0.0)
     return {t: m for t, m in mods.items() if macs.get(t, 0.0) <= MAX_MAC_RATIO * least
             or t not in macs}
@@ -58,7 +59,7 @@ class Candidates(nn.Module):
         convs = {}
         for b, block in enumerate(static.blocks):
             mods = worth_timing(distinct_tactics(block.conv.kernel, block_resolution(block),
-                                                 tactics), block)
+                                                 tactics, block.conv.period), block)
             for tactic, module in mods.items():
                 key = f"b{b}_{tactic}"
                 convs[key] = module

@@ -32,19 +32,19 @@ CONFIGS = {
 LEARN = ["KRWD", "none", "K", "R", "W", "D", "KWD"]
 
 
-def closed_form_base_cost(c, conv_taps=None) -> float:
+def closed_form_base_cost(c, conv_taps=None, period=None) -> float:
     """CCNN_{D,H} written out by hand as export deploys it: encoder (linear with the norm folded,
     none for tokens; GELU), D blocks (the depthwise convolution at the tactic export picks by
     cost, two H x H pointwise layers, the first one's per-position bias, GELU, residual; the norm
     folded; no Slice or Concat, every block as wide as the stream), decoder (each pooling
     -- mean, and max with pool "avgmax" -- over L H values, and a linear on their H outputs each;
     or a linear per position). ``conv_taps``: the deployed kernel's taps (default the global
-    kernel's, K_max = S or S - 1 made odd)."""
+    kernel's, K_max = S or S - 1 made odd); ``period``: the circular lengths it runs at."""
     L, H, D = math.prod(c.input_size), c.width, c.depth
     taps = conv_taps or tuple(s if s % 2 else s - 1 for s in c.input_size)
-    tactic = conv_by_cost(H, tuple(c.input_size), taps)
+    tactic = conv_by_cost(H, tuple(c.input_size), taps, period)
     encoder = L * (0 if c.vocab_size else c.in_channels) * H + L * H
-    block = conv_macs(tactic, H, tuple(c.input_size), taps) + 2 * L * H * H + 3 * L * H
+    block = conv_macs(tactic, H, tuple(c.input_size), taps, period) + 2 * L * H * H + 3 * L * H
     pools = {"avg": 1, "avgmax": 2}[c.pool]
     decoder = L * H * c.out_channels if c.dense else pools * (L * H + H * c.out_channels)
     return encoder + D * block + decoder
@@ -61,13 +61,20 @@ def test_base_cost_closed_form(case):
 @pytest.mark.parametrize("case", CONFIGS.values(), ids=CONFIGS.keys())
 def test_model_cost_at_init_is_base_cost(case, learn):
     """The masks start at the base size, so the search starts at C_target; with a learned
-    resolution, at the base with the mask folded into every kernel: 2 S - 1 taps per axis."""
+    resolution, at the base with the mask folded into every kernel (2 S - 1 taps per axis),
+    which the MatMul FFT runs circularly at the training's FFT length (that of the global
+    kernel), or the linear one where that is shorter."""
     model = tiny_model(0, dtype=torch.float32, learn=learn, **case)
     c = model.config
     with torch.no_grad():
         cost = model_cost(model)
-    folded = tuple(2 * s - 1 for s in c.input_size) if "R" in learn else None
-    assert float(cost["total"]) == pytest.approx(closed_form_base_cost(c, folded), rel=1e-6)
+    folded = period = None
+    if "R" in learn:
+        folded = tuple(2 * s - 1 for s in c.input_size)
+        training = spectral.conv_fft_sizes(c.input_size, c.max_kernel)
+        period = tuple(min(n, 2 * s - 1) for n, s in zip(training, c.input_size))
+    assert float(cost["total"]) == pytest.approx(closed_form_base_cost(c, folded, period),
+                                                 rel=1e-6)
     assert cost["block_weights"].tolist() == [1.0] * c.depth + [0.0] * (c.max_depth - c.depth)
 
 

@@ -8,12 +8,21 @@ import pytest
 import torch
 
 from dnarch_deploy.operators import (
+    conv_period,
     depthwise_channels,
     fft_reference_macs,
     four_step_factors,
     multistep_macs,
 )
-from dnarch_deploy.spectral import _resample_fft, conv_fft_length, direct_conv, resample
+from dnarch_deploy.spectral import (
+    _resample_fft,
+    conv_fft_length,
+    conv_fft_sizes,
+    direct_conv,
+    fft_conv,
+    masked_kernel,
+    resample,
+)
 from export.emit import to_onnx
 from export.resampling import lower_resample
 from export.static import Resample
@@ -234,7 +243,8 @@ def test_tuning_skips_tactics_far_above_the_fewest_macs():
     from export.tune import MAX_MAC_RATIO, worth_timing
 
     def block(length, taps):
-        return types.SimpleNamespace(conv=types.SimpleNamespace(kernel=torch.randn(4, taps)),
+        return types.SimpleNamespace(conv=types.SimpleNamespace(kernel=torch.randn(4, taps),
+                                                                period=None),
                                      bias1=torch.zeros(8, length), n_in=4)
 
     long = block(2048, 2047)
@@ -244,3 +254,38 @@ def test_tuning_skips_tactics_far_above_the_fewest_macs():
         "multistep", 4, (2048,), (2047,))
     short = block(2048, 9)
     assert "direct" in worth_timing(distinct_tactics(short.conv.kernel, (2048,)), short)
+
+
+# (size, widest kernel, whether the four-step runs the circular form): at 150 the training's
+# N = 225 has no four-step split (N2 a multiple of 8), so the linear form at 304 costs less
+CIRCULAR_CASES = [((61,), (61,), True), ((256,), (255,), True), ((150,), (149,), False),
+                  ((12, 9), (11, 9), True)]
+
+
+@pytest.mark.parametrize(("size", "widest", "circular"), CIRCULAR_CASES)
+def test_a_folded_resolution_mask_runs_circularly_at_the_training_fft_length(size, widest,
+                                                                             circular):
+    """A kernel with the resolution mask folded in (spectral.masked_kernel: 2 S - 1 taps on the
+    masked axis, periodic in the training's FFT length N) is the trained convolution whichever
+    tactic runs it. The MatMul FFT forms may run it circularly at exactly N
+    (operators.conv_period), shorter than the 2 S - 1 + S - 1 a linear convolution of that
+    kernel needs, where that costs fewer MACs; their MACs are the closed form's."""
+    g = torch.Generator().manual_seed(sum(size))
+    x = torch.randn(2, 3, *size, generator=g, dtype=torch.float64)
+    kernel = torch.randn(3, *widest, generator=g, dtype=torch.float64)
+    fft = conv_fft_sizes(size, widest)
+    bins = fft[-1] // 2 + 1  # a mask on the last axis's one-sided spectrum, like the model's
+    mask = torch.sigmoid(torch.linspace(4.0, -2.0, bins, dtype=torch.float64))
+    mask = mask.view(*[1] * (len(size) - 1), bins)
+    trained = fft_conv(x, kernel, mask, fft)
+    folded = masked_kernel(kernel, size, mask, fft)
+    assert folded.shape[-1] == 2 * size[-1] - 1
+    period = conv_period(size, tuple(folded.shape[1:]), tuple(fft))
+    assert period[-1] == fft[-1] < conv_fft_length(size[-1], 2 * size[-1] - 1)
+    for tactic in TACTICS:
+        module = make_conv(tactic, folded.float(), size, period)
+        assert rel_error(module(x.float()), trained) < 2e-6, tactic
+        if tactic in ("matmul", "multistep"):
+            assert conv_macs(tactic, 3, size, tuple(folded.shape[1:]), period) == module.macs()
+        if tactic == "matmul":
+            assert (math.prod(module.n) == math.prod(period)) == circular
