@@ -1,0 +1,105 @@
+"""A full-resolution block's folded kernel, run circularly at the training's FFT length against
+linearly, side by side in onnxruntime.
+
+With R learned, a block that crops nothing filters its convolution's spectrum with the
+resolution mask; export folds the mask into the kernel, which then has 2 S - 1 taps and is
+periodic in the training's FFT length N (about 1.5 S for a global kernel). The MatMul FFT can
+run that kernel circularly at exactly N (operators.conv_period) or linearly at a length of at
+least 3 S - 1. This times both lowerings of the same network, every block's convolution as the
+``matmul`` tactic, in one onnxruntime run with the two graphs in turns (export.timing.measure),
+and checks that they compute the same output.
+
+The network is export_speed.py's synthetic ``max`` state (every mask at its maximum: 8 blocks,
+64 channels, global kernels, full resolution), whose every block has a folded kernel.
+
+    python benchmarks/circular_conv.py    # writes benchmarks/results/circular_conv.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+
+import onnxruntime
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from export_speed import Options, batch_of, machine, ort_ms, synthetic  # noqa: E402
+
+from export.bench import theoretical_costs  # noqa: E402
+from export.emit import to_onnx  # noqa: E402
+from export.lowering import lower  # noqa: E402
+from export.static import freeze, materialize  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "circular_conv.md"
+
+
+def total_macs(net) -> float:
+    return sum(v["theoretical"] for v in theoretical_costs(net).values())
+
+
+def compare(length: int, batches: list[int], repeats: int) -> list[dict]:
+    """Rows per batch: ms and MACs of the circular and the linear lowering of one network."""
+    model, x = synthetic(Options(), length, "max")
+    static = materialize(model, freeze(model))
+    linear = copy.deepcopy(static)
+    for block in linear.blocks:
+        block.conv.period = None  # the folded kernel as a plain 2 S - 1 tap kernel
+    tactics = ["matmul"] * len(static.blocks)
+    circ, lin = lower(static, tactics), lower(linear, tactics)
+    with torch.no_grad():
+        diff = float((circ(batch_of(x, 4)) - lin(batch_of(x, 4))).abs().max())
+    graphs = [to_onnx(net, (batch_of(x, 2),)) for net in (circ, lin)]
+    rows = []
+    for b in batches:
+        ms = ort_ms(graphs, [batch_of(x, b)] * 2, 1, repeats)
+        rows.append({"L": length, "batch": b, "circular_ms": ms[0], "linear_ms": ms[1],
+                     "circular_macs": total_macs(circ), "linear_macs": total_macs(lin),
+                     "grid": (circ.blocks[0].conv.n, lin.blocks[0].conv.n), "diff": diff})
+    return rows
+
+
+def report(rows: list[dict], command: str) -> str:
+    lines = [
+        "# A folded kernel: circular at the training's FFT length against linear",
+        "",
+        f"`{command}`  ",
+        f"Machine: {machine()}; Python {sys.version.split()[0]}, torch {torch.__version__}, "
+        f"onnxruntime {onnxruntime.__version__}; 1 thread; median of the timed calls, the two "
+        "graphs in turns.",
+        "",
+        "| L | batch | four-step grid, circular / linear | MMAC/sample circular / linear | "
+        "circular ms | linear ms | circular / linear | max output difference |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['L']} | {r['batch']} | {r['grid'][0]} / {r['grid'][1]} | "
+            f"{r['circular_macs'] / 1e6:.1f} / {r['linear_macs'] / 1e6:.1f} | "
+            f"{r['circular_ms']:.3f} | {r['linear_ms']:.3f} | "
+            f"{r['circular_ms'] / r['linear_ms']:.2f} | {r['diff']:.1e} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--lengths", default="256,427,784,1024", help="input lengths, comma-separated")
+    p.add_argument("--batch", default="1,32", help="batches, comma-separated")
+    p.add_argument("--repeats", type=int, default=30, help="timed calls per graph")
+    p.add_argument("--out", default=str(RESULTS), help="where the report is written")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    batches = [int(b) for b in args.batch.split(",")]
+    rows = [r for n in args.lengths.split(",") for r in compare(int(n), batches, args.repeats)]
+    flags = sys.argv[1:] if argv is None else list(argv)
+    text = report(rows, " ".join(["python benchmarks/circular_conv.py", *flags]))
+    print(text)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""benchmarks/circular_conv.py as a user runs it, on a short input: one row per batch, the
+circular lowering on the training's FFT length (a shorter four-step grid, fewer MACs) computing
+what the linear one computes; the report written where --out says."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_short_run_writes_one_row_per_batch_with_fewer_macs_and_the_same_output(tmp_path):
+    out = tmp_path / "circular.md"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "circular_conv.py"), "--lengths", "64",
+         "--batch", "1,4", "--repeats", "2", "--out", str(out)], capture_output=True, text=True,
+        check=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
+    text = out.read_text()
+    assert "python benchmarks/circular_conv.py --lengths 64" in text
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| 64 |")]
+    assert [r[1] for r in rows] == ["1", "4"]
+    for r in rows:
+        circular, linear = (float(v) for v in r[3].split(" / "))
+        assert circular < linear  # N = 96 (6 x 16) against 127 -> 128 (8 x 16)
+        assert "(6, 16) / (8, 16)" in r[2]
+        assert float(r[7].rstrip(" |")) < 1e-5
