@@ -239,7 +239,8 @@ def export_architecture(found: dict, lowered: StaticNet, tactics: list[str],
             "n_out": block.n_out,
             "resolution": list(block.bias1.shape[1:]),
             "kernel_taps": list(conv.taps),
-            # a folded resolution mask: the circular lengths the MatMul FFT runs it at
+            # a folded resolution mask's period (operators.conv_period): a MatMul FFT runs the
+            # kernel circularly at it where that costs fewer MACs; null: no mask, or direct / dft
             "conv_period": None if conv.period is None else list(conv.period),
             "downsample": [list(m.sizes) for m in block.down],  # (S, R) per resampled axis
             "upsample": [list(m.sizes) for m in block.up],

@@ -128,7 +128,8 @@ class MatMulFFTConv(nn.Module):
                  period: tuple[int, ...] | None = None, factors: tuple[int, ...] | None = None):
         """``period`` (:func:`dnarch_deploy.operators.conv_period`): the FFT lengths of a
         circular convolution, for a kernel periodic in them (a resolution mask folded into it):
-        the transforms run at exactly those lengths, not at the linear convolution's. 1-D
+        the transforms run at exactly those lengths where that costs fewer MACs than the linear
+        convolution's (in 1-D, :func:`fft_factors` picks; 2-D axes take the period as given). 1-D
         ``factors``: the grid N1 x N2 ... to use instead of :func:`fft_factors`' (for
         benchmarks; their product must reach conv_fft_length)."""
         super().__init__()
