@@ -83,16 +83,29 @@ def report(rows: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def positive_ints(text: str) -> list[int]:
+    """argparse type: comma-separated positive integers."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive "
+                                         f"integers")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--lengths", default="256,427,784,1024", help="input lengths, comma-separated")
-    p.add_argument("--batch", default="1,32", help="batches, comma-separated")
+    p.add_argument("--lengths", type=positive_ints, default="256,427,784,1024",
+                   help="input lengths, comma-separated")
+    p.add_argument("--batch", type=positive_ints, default="1,32",
+                   help="batches, comma-separated")
     p.add_argument("--repeats", type=int, default=30, help="timed calls per graph")
     p.add_argument("--out", default=str(RESULTS), help="where the report is written")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    batches = [int(b) for b in args.batch.split(",")]
-    rows = [r for n in args.lengths.split(",") for r in compare(int(n), batches, args.repeats)]
+    rows = [r for n in args.lengths for r in compare(n, args.batch, args.repeats)]
     flags = sys.argv[1:] if argv is None else list(argv)
     text = report(rows, " ".join(["python benchmarks/circular_conv.py", *flags]))
     print(text)
