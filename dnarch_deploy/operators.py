@@ -122,10 +122,10 @@ def _best_factors(length: int, n: int, max_factors: int, min_factors: int, exact
     return best[1]
 
 
-def four_step_factors(length: int, taps: int, period: int | None = None) -> tuple[int, int]:
-    """(N1, N2) with N1 * N2 >= conv_fft_length(length, taps) (== ``period`` where given)
-    minimising the MatMul FFT's MACs (N2 = 1: one dense DFT matrix)."""
-    factors = fft_factors(length, taps, 2, period=period)
+def four_step_factors(length: int, taps: int) -> tuple[int, int]:
+    """(N1, N2) with N1 * N2 >= conv_fft_length(length, taps) minimising the MatMul FFT's MACs
+    (N2 = 1: one dense DFT matrix)."""
+    factors = fft_factors(length, taps, 2)
     return factors if len(factors) == 2 else (factors[0], 1)
 
 
