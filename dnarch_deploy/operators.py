@@ -76,7 +76,9 @@ MAX_FACTORS = {"matmul": 2, "multistep": 3}
 # (Transposes) and multiplies (2 N2)-wide matrices, and onnxruntime runs those faster than the
 # grids of fewest MACs (N2 7-43): 0.67-0.80x their time at 150-256 samples, 0.85-1.0x at 512-4096,
 # within 8 % of the fastest grid tried (global kernels, 32-64 channels, 1 thread, batch 1 and 32:
-# ``benchmarks/four_step.py``).
+# ``benchmarks/four_step.py``). A circular convolution runs at exactly the training's N and cannot
+# round it up to such a grid: there any N2 dividing N is tried, and its fewer MACs win over the
+# slower grid (``benchmarks/circular_conv.py``).
 FOUR_STEP_N2 = range(16, MAX_STAGE_FACTOR + 1, 8)
 
 
@@ -90,7 +92,8 @@ def fft_factors(length: int, taps: int, max_factors: int, min_factors: int = 1,
     conv_fft_length(length, taps), minimising :func:`multistep_macs`: N2..Nk (2..MAX_STAGE_FACTOR,
     non-increasing; for k = 2, N2 in FOUR_STEP_N2) are tried, N1 is the smallest that makes N long
     enough. With ``period`` (a kernel periodic in it, :func:`conv_period`), N may also be exactly
-    the period, a circular convolution: whichever of the two costs less."""
+    the period, a circular convolution (for k = 2, any N2 dividing it): whichever of the two costs
+    less."""
     best = _best_factors(length, conv_fft_length(length, taps), max_factors, min_factors, False)
     if period:
         exact = _best_factors(length, period, max_factors, min_factors, True)
@@ -105,7 +108,7 @@ def _best_factors(length: int, n: int, max_factors: int, min_factors: int, exact
 
     def visit(later: tuple[int, ...]) -> None:
         nonlocal best
-        if len(later) + 1 >= min_factors and (len(later) != 1 or later[0] in FOUR_STEP_N2):
+        if len(later) + 1 >= min_factors and (len(later) != 1 or exact or later[0] in FOUR_STEP_N2):
             factors = (-(-n // math.prod(later)), *later)
             cost = multistep_macs(length, factors)
             if (best is None or cost < best[0]) and (not exact or math.prod(factors) == n):
