@@ -115,21 +115,29 @@ def note_learned(cfg: SearchConfig, task) -> None:
               f"{cfg.crop_min_length}", file=sys.stderr)
 
 
-def check_budget(cfg: SearchConfig, mcfg) -> None:
-    """A budget no network of the search space can meet: an error that states the range."""
+def unreachable_budget(cfg: SearchConfig, mcfg, budget: float) -> str | None:
+    """Why no network of the search space can meet ``budget`` (a multiple of the base cost, in
+    --cost units), stating the range that can be met; None where one can."""
     from dnarch_deploy.cost import base_cost, cost_range
 
     if mcfg.learn == "none":  # nothing is searched: the budget only labels the base
-        return
+        return None
     units = cfg.cost_units()
     base = base_cost(mcfg, units)
     low, high = (c / base for c in cost_range(mcfg, units))
-    if not low * (1 - 1e-9) <= cfg.budget <= high * (1 + 1e-9):
-        raise UsageError(
-            f"--budget {cfg.budget:g}: no network the search can reach costs that much; with "
-            f"--learn {mcfg.learn} on this task (CCNN_{{{mcfg.depth},{mcfg.width}}}, input "
+    if low * (1 - 1e-9) <= budget <= high * (1 + 1e-9):
+        return None
+    return (f"no network the search can reach costs that much; with --learn {mcfg.learn} on "
+            f"this task (CCNN_{{{mcfg.depth},{mcfg.width}}}, input "
             f"{'x'.join(map(str, mcfg.input_size))}) budgets from {low:.3g} to {high:.3g} are "
             f"reachable")
+
+
+def check_budget(cfg: SearchConfig, mcfg) -> None:
+    """A budget no network of the search space can meet: an error that states the range."""
+    why = unreachable_budget(cfg, mcfg, cfg.budget)
+    if why:
+        raise UsageError(f"--budget {cfg.budget:g}: {why}")
 
 
 def check_length(run_dir: Path, cfg: SearchConfig, task) -> None:

@@ -157,8 +157,10 @@ def parse(argv: list[str] | None) -> tuple[SweepConfig, set[str], list[str]]:
 # --- the plan -------------------------------------------------------------------------------------
 
 
-def make_plan(cfg: SweepConfig, search_flags: list[str]) -> dict:
-    """sweep.json's content: everything the models and the measurement depend on."""
+def make_plan(cfg: SweepConfig, search_flags: list[str], given: set[str]) -> dict:
+    """sweep.json's content: everything the models and the measurement depend on. Default
+    budgets the search cannot reach on the task are left out, with a note; given ones are
+    checked with the task (check_task)."""
     from .config import parse_args
 
     for flag in search_flags:
@@ -170,12 +172,44 @@ def make_plan(cfg: SweepConfig, search_flags: list[str]) -> dict:
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name} must be >= 1, got {getattr(cfg, name)}")
     base = _search_config(["--task", cfg.task, *search_flags], "search flags", parse_args)
+    if "budgets" not in given:
+        budgets = reachable_defaults(cfg, search_flags, budgets)
     check_export_flags(shlex.split(cfg.export_flags))
     grid = parse_grid(cfg.base_grid, base.width, base.depth, budgets)
     return {"schema": S.PLAN_SCHEMA, "version": S.VERSION, "task": cfg.task, "learn": cfg.learn,
             "budgets": budgets, "seeds": cfg.seeds, "base_grid": grid,
             "search_flags": search_flags, "export_flags": shlex.split(cfg.export_flags),
             "batch": cfg.batch, "threads": cfg.threads, "repeats": cfg.repeats}
+
+
+def reachable_defaults(cfg: SweepConfig, search_flags: list[str], budgets: list[float]
+                       ) -> list[float]:
+    """The default budgets some network of the search space meets on the task (with --cost
+    latency a small input's cheapest network may cost half the base); a note names the others.
+    None reachable: an error."""
+    from .config import parse_args
+    from .run import unreachable_budget
+    from .tasks import TaskError, load_task
+    from .train import model_config
+
+    search = _search_config(["--task", cfg.task, *search_flags, "--learn", cfg.learn],
+                            "search flags", parse_args)
+    try:
+        task = load_task(cfg.task, seed=0, **search.task_options())
+        mcfg = model_config(search, task)
+    except TaskError as e:
+        raise UsageError(f"--task {cfg.task}: {e}") from None
+    except ValueError:  # a network over the limits: check_task says so, per model
+        return budgets
+    why = {b: unreachable_budget(search, mcfg, b) for b in budgets}
+    kept = [b for b in budgets if not why[b]]
+    dropped = [b for b in budgets if why[b]]
+    if not kept:
+        raise UsageError(f"--budgets (default {cfg.budgets}): {why[dropped[0]]}")
+    if dropped:
+        print(f"note: default budget(s) {', '.join(f'{b:g}' for b in dropped)} left out: "
+              f"{why[dropped[0]]} (--budgets chooses others)", file=sys.stderr)
+    return kept
 
 
 def models(plan: dict) -> list[Model]:
@@ -383,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg, given, search_flags = parse(argv)
         if cfg.job:
             return run_one(cfg)
-        plan = make_plan(cfg, search_flags)
+        plan = make_plan(cfg, search_flags, given)
         out, plan = check_out(cfg, given, plan)
         todo = [(m, run_of(m, plan, out)) for m in models(plan)]
         runs = [run for _, run in todo]
