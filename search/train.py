@@ -287,6 +287,20 @@ def within_params(arch, cfg: SearchConfig) -> bool:
     return not cfg.max_params or architecture_params(arch) <= cfg.max_params
 
 
+def within_budget(cfg: SearchConfig, ratio: float, arch) -> bool:
+    """A round's network costs at most (1 + --budget-tolerance) x C_target and meets
+    --max-params."""
+    return ratio <= 1.0 + cfg.budget_tolerance and within_params(arch, cfg)
+
+
+def result_fits(cfg: SearchConfig, ratio: float, arch) -> bool:
+    """Does a round count as fitting for the result rule (:func:`is_result`)? Within the budget;
+    with --lam 0 nothing holds the search to a budget (the paper's DNArch(K,R) without one), so
+    any round within --max-params: held to the initial network's cost, the rule would pick an
+    early round from before the first crop (OSULeaf, seed 0: epoch 7 of 50)."""
+    return within_budget(cfg, ratio, arch) or (cfg.lam == 0 and within_params(arch, cfg))
+
+
 def is_result(metric: float, fits: bool, best: tuple | None, higher: bool,
               standard_error) -> tuple[bool, tuple | None]:
     """Is this round the new result, and the new ``best`` (top metric, fits)? A round whose
@@ -452,8 +466,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
                  "loss_obj": val_loss, "complexity_ratio": ratio_now, task.metric_name: metric,
                  "metric": metric, "seconds": wall},
             ]
-            fits = ratio_now <= 1.0 + cfg.budget_tolerance and within_params(arch, cfg)
-            chosen, best = is_result(metric, fits, best, higher, standard_error)
+            chosen, best = is_result(metric, result_fits(cfg, ratio_now, arch), best, higher,
+                                     standard_error)
             if chosen:
                 best_epoch = epoch
                 checkpoint.save_weights(model, run_dir / R.BEST_WEIGHTS)
@@ -471,8 +485,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
 
     summary = None
     if is_writer:
-        summary = finish(cfg, run_dir, task, model, test_set, target, best_epoch, best[1], wall,
-                         length, restarts)
+        summary = finish(cfg, run_dir, task, model, test_set, target, best_epoch, wall, length,
+                         restarts)
     distributed.barrier(world)
     return summary
 
@@ -496,7 +510,7 @@ def train_with_restarts(cfg: SearchConfig, run_dir: Path, task) -> dict:
 
 
 def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: float,
-           best_epoch: int, within_budget: bool, wall: float, length, restarts) -> dict:
+           best_epoch: int, wall: float, length, restarts) -> dict:
     """Evaluate the best validation epoch on the test split; write architecture.json and
     summary.json (the run's result: weights, architecture and metrics of that epoch)."""
     checkpoint.load_weights_into(model, run_dir / R.BEST_WEIGHTS)
@@ -510,7 +524,7 @@ def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: f
         "test_metric": test_metric, "test_loss": test_loss, "best_epoch": best_epoch,
         "complexity_ratio": ratio, "budget": cfg.budget, "cost_unit": units.name,
         "target": target, "target_macs": cfg.budget * base_cost(model.config),
-        "within_budget": within_budget, "max_params": cfg.max_params,
+        "within_budget": within_budget(cfg, ratio, arch), "max_params": cfg.max_params,
         "params": architecture_params(arch), "search_params": sum(
             p.numel() for p in model.parameters()),
         "macs": architecture_cost(arch), "wall_seconds": wall, "steps": length.steps,

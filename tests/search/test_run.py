@@ -26,6 +26,7 @@ from search.train import (
     label_smoothing,
     learned,
     objective,
+    result_fits,
     scheduled_target,
     smoothed_entropy,
     stalled,
@@ -94,6 +95,20 @@ def test_an_epoch_within_the_budget_beats_any_over_it():
     assert _rounds([(0.5, True), (0.5, True)]) == 1  # a tie: the later round
     assert _rounds([(0.5, True), (0.4, True)]) == 0
     assert _rounds([(0.2, True), (0.1, True)], higher=False) == 1  # lower is better (rel_l2)
+
+
+def test_without_a_budget_every_round_within_the_parameter_limit_counts_as_fitting(tiny_run):
+    """--lam 0 holds the search to no budget: a round at 3x C_target still counts as fitting for
+    the result rule (else the rule picks a round from before the network grew); --max-params
+    still binds."""
+    arch = Architecture.load(tiny_run / R.ARCHITECTURE)
+    params = architecture_params(arch)
+    tol = SearchConfig().budget_tolerance
+    for lam, ratio, max_params, expected in [
+            (5.0, 1.0 + tol, 0, True), (5.0, 1.0 + 2 * tol, 0, False), (0.0, 3.0, 0, True),
+            (0.0, 3.0, params, True), (0.0, 3.0, params - 1, False), (5.0, 1.0, params - 1, False)]:
+        cfg = SearchConfig(lam=lam, max_params=max_params)
+        assert result_fits(cfg, ratio, arch) is expected, (lam, ratio, max_params)
 
 
 def test_the_latest_round_within_one_standard_error_of_the_top_is_the_result():
