@@ -1,0 +1,83 @@
+"""Where a search starts: the deployed cost of DNArch's initial network over the base CCNN's, per
+input shape.
+
+At initialisation the masks give the base's depth, widths and kernels at full resolution, but with
+R learned every block filters its convolution's spectrum with the resolution mask, and export
+folds that into a longer kernel ("The model" in README). So the initial network may cost more or
+less than the base (``dnarch_deploy.cost.model_cost`` over ``base_cost``, in the MACs export
+ships). At budget 1 a search that starts above 1 must shrink before it fits; one that starts below
+is free to grow.
+
+    python benchmarks/init_cost.py                          # the benchmarks' task shapes
+    python benchmarks/init_cost.py --shapes 150,29x29 --learn KR
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from dnarch_deploy import DNArch, ModelConfig, base_cost, model_cost
+
+ROOT = Path(__file__).resolve().parents[1]
+# GunPoint, ArrowHead, OSULeaf, ListOps (200 tokens), smnist, PLAID, ACSF1; Darcy, MNIST 14x14 and
+# 28x28 (search_quality.py, ucr_quality.py)
+SHAPES = "150,251,427,200,784,1344,1460,29x29,14x14,28x28"
+
+
+def shape(text: str) -> tuple[int, ...]:
+    """argparse type: a length (150) or an image's HxW (29x29)."""
+    try:
+        size = tuple(int(v) for v in text.split("x"))
+    except ValueError:
+        size = ()
+    if not 1 <= len(size) <= 2 or min(size) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a length or HxW of integers >= 2")
+    return size
+
+
+def shapes(text: str) -> list[tuple[int, ...]]:
+    """argparse type: comma-separated lengths or HxW images, at least one."""
+    values = [shape(v) for v in text.split(",") if v.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r} names no shape, e.g. 150,29x29")
+    return values
+
+
+def init_ratio(size: tuple[int, ...], depth: int, width: int, learn: str) -> float:
+    """model_cost of the initial DNArch over base_cost of CCNN_{depth,width}, at ``size``."""
+    config = ModelConfig(in_channels=1, out_channels=10, input_size=size, depth=depth,
+                         width=width, learn=learn)
+    with torch.no_grad():
+        return float(model_cost(DNArch(config))["total"]) / base_cost(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", type=shapes, default=SHAPES,
+                   help="lengths or HxW images, comma-separated")
+    p.add_argument("--depth", type=int, default=4, help="D of the base CCNN_{D,H}")
+    p.add_argument("--width", type=int, default=32, help="H of the base CCNN_{D,H}")
+    p.add_argument("--learn", default="KRWD", help="what the search learns (search.run --learn)")
+    args = p.parse_args(argv)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, cwd=ROOT).stdout.strip() or "unknown"
+    command = shlex.join(["python", "benchmarks/init_cost.py",
+                          *(sys.argv[1:] if argv is None else argv)])
+    print(f"`{command}` (git HEAD {head}, torch {torch.__version__}): DNArch --learn "
+          f"{args.learn} at initialisation over the base CCNN_{{{args.depth},{args.width}}}, "
+          "deployed MACs\n")
+    print("| input | initial cost / base |\n|---|---|")
+    for size in args.shapes:
+        ratio = init_ratio(size, args.depth, args.width, args.learn)
+        print(f"| {'x'.join(map(str, size))} | {ratio:.3f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

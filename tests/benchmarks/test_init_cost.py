@@ -1,0 +1,36 @@
+"""benchmarks/init_cost.py: without R learned the initial network is the base (ratio exactly 1);
+with R its full-resolution blocks' folded kernels change the cost; bad shapes are one argparse
+error."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import init_cost  # noqa: E402
+
+
+def rows(text: str) -> dict[str, float]:
+    return {r.split(" | ")[0].strip("| "): float(r.split(" | ")[1].strip(" |"))
+            for r in text.splitlines()
+            if r.startswith("| ") and "---" not in r and "input" not in r}
+
+
+def test_the_initial_network_costs_the_base_unless_r_is_learned(capsys):
+    assert init_cost.main(["--shapes", "64,8x8", "--learn", "KWD"]) == 0
+    assert rows(capsys.readouterr().out) == {"64": 1.0, "8x8": 1.0}
+    assert init_cost.main(["--shapes", "150", "--learn", "KR"]) == 0
+    out = capsys.readouterr().out
+    assert "`python benchmarks/init_cost.py --shapes 150 --learn KR`" in out
+    assert rows(out)["150"] == pytest.approx(init_cost.init_ratio((150,), 4, 32, "KR"), abs=5e-4)
+    assert rows(out)["150"] != 1.0
+
+
+@pytest.mark.parametrize("bad", ["abc", "1x5", "2x3x4", ""])
+def test_a_bad_shape_is_one_argparse_error(capsys, bad):
+    with pytest.raises(SystemExit) as e:
+        init_cost.main(["--shapes", bad])
+    assert e.value.code == 2 and "--shapes" in capsys.readouterr().err
