@@ -24,6 +24,6 @@ def test_short_run_writes_one_row_per_batch_with_fewer_macs_and_the_same_output(
     assert [r[1] for r in rows] == ["1", "4"]
     for r in rows:
         circular, linear = (float(v) for v in r[3].split(" / "))
-        assert circular < linear  # N = 96 (6 x 16) against 127 -> 128 (8 x 16)
-        assert "(6, 16) / (8, 16)" in r[2]
+        assert circular < linear  # N = 96 (16 x 6) against 127 -> 128 (8 x 16)
+        assert "(16, 6) / (8, 16)" in r[2]
         assert float(r[7].rstrip(" |")) < 1e-5
