@@ -16,29 +16,20 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
-from dnarch_deploy import DNArch, ModelConfig, base_cost, model_cost
+sys.path.insert(0, str(Path(__file__).parent))
+from latency_prediction import shape  # noqa: E402
+from search_quality import code_state  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+from dnarch_deploy import DNArch, ModelConfig, base_cost, model_cost  # noqa: E402
+
 # GunPoint, ArrowHead, OSULeaf, ListOps (200 tokens), smnist, PLAID, ACSF1; Darcy, MNIST 14x14 and
 # 28x28 (search_quality.py, ucr_quality.py)
 SHAPES = "150,251,427,200,784,1344,1460,29x29,14x14,28x28"
-
-
-def shape(text: str) -> tuple[int, ...]:
-    """argparse type: a length (150) or an image's HxW (29x29)."""
-    try:
-        size = tuple(int(v) for v in text.split("x"))
-    except ValueError:
-        size = ()
-    if not 1 <= len(size) <= 2 or min(size) < 2:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a length or HxW of integers >= 2")
-    return size
 
 
 def shapes(text: str) -> list[tuple[int, ...]]:
@@ -65,11 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=int, default=32, help="H of the base CCNN_{D,H}")
     p.add_argument("--learn", default="KRWD", help="what the search learns (search.run --learn)")
     args = p.parse_args(argv)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, cwd=ROOT).stdout.strip() or "unknown"
     command = shlex.join(["python", "benchmarks/init_cost.py",
                           *(sys.argv[1:] if argv is None else argv)])
-    print(f"`{command}` (git HEAD {head}, torch {torch.__version__}): DNArch --learn "
+    print(f"`{command}` ({code_state()}; torch {torch.__version__}): DNArch --learn "
           f"{args.learn} at initialisation over the base CCNN_{{{args.depth},{args.width}}}, "
           "deployed MACs\n")
     print("| input | initial cost / base |\n|---|---|")

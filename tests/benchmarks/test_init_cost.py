@@ -29,7 +29,7 @@ def test_the_initial_network_costs_the_base_unless_r_is_learned(capsys):
     assert rows(out)["150"] != 1.0
 
 
-@pytest.mark.parametrize("bad", ["abc", "1x5", "2x3x4", ""])
+@pytest.mark.parametrize("bad", ["abc", "1x5", "2x3x4", "3", ""])
 def test_a_bad_shape_is_one_argparse_error(capsys, bad):
     with pytest.raises(SystemExit) as e:
         init_cost.main(["--shapes", bad])
