@@ -1,12 +1,13 @@
 """Does the result rule earn its keep? The round it chose against the last round, on finished runs.
 
 search.train.is_result picks the latest validation round whose metric is within one standard error
-of the best (among rounds within the budget). On a 7- to 13-sample validation split that is often
-an early round. This script asks what the simplest alternative, the last round, would have scored
-on the test split. It trains nothing: for each finished run directory it reads the chosen round's
-test metric from summary.json and evaluates the last round's weights
-(checkpoints/model.safetensors) on the same test split, when that round fits the budget. Rows group
-the runs by task and --learn; mean ± std over seeds.
+of the best (among rounds within the budget); the metric is the round's own in runs before the
+rule averaged it over the last rounds (search.train.smoothed). On a 7- to 13-sample validation
+split the round's own metric often picks an early round. This script asks what the simplest
+alternative, the last round, would have scored on the test split. It trains nothing: for each
+finished run directory it reads the chosen round's test metric from summary.json and evaluates the
+last round's weights (checkpoints/model.safetensors) on the same test split, when that round fits
+the budget. Rows group the runs by task and --learn; mean ± std over seeds.
 
     python benchmarks/result_rule.py RUN_DIR [RUN_DIR ...] --results OUT.md
 """

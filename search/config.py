@@ -106,8 +106,8 @@ class SearchConfig:
     budget_tolerance: float = _f(
         0.05, "the result is chosen among the validation rounds whose network costs at most "
         "(1 + this) x C_target (over-budget rounds count only until one within it is seen; with "
-        "--lam 0, no budget, among all): the latest round whose validation metric is within one "
-        "standard error of the best")
+        "--lam 0, no budget, among all): the latest round whose validation metric, averaged over "
+        "its last 5 rounds, is within one standard error of the best such average")
     # MACs by default: machine-independent and exact for the lowered network (the figure export
     # reports); predicted milliseconds come from a per-operator table keyed by MACs only, which
     # misses shape effects (docs/export.md) and is measured on one machine.

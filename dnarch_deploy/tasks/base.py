@@ -54,11 +54,14 @@ class Task:
         return relative_l2(pred, target)
 
     def standard_error(self, value: float, n: int) -> float:
-        """The standard error of a metric ``value`` measured on ``n`` samples: binomial for
-        accuracy, sqrt(a (1 - a) / n); 0 for rel_l2 (its per-sample spread is not kept)."""
+        """The standard error of a metric ``value`` measured on ``n`` samples: for accuracy the
+        binomial one at Agresti and Coull's "plus four" estimate, sqrt(p (1 - p) / n) with p =
+        (a n + 2) / (n + 4), so a perfect score on 10 samples is not taken as certain (the plain
+        estimate gives 0 there); 0 for rel_l2 (its per-sample spread is not kept)."""
         if self.metric_name != "accuracy" or n < 1:
             return 0.0
-        return float(np.sqrt(max(value * (1.0 - value), 0.0) / n))
+        p = (value * n + 2.0) / (n + 4.0)
+        return float(np.sqrt(p * (1.0 - p) / n))
 
     def sizes(self) -> tuple[int, int, int]:
         return len(self.y_train), len(self.y_val), len(self.y_test)
