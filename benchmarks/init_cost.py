@@ -8,6 +8,13 @@ less than the base (``dnarch_deploy.cost.model_cost`` over ``base_cost``, in the
 ships). At budget 1 a search that starts above 1 must shrink before it fits; one that starts below
 is free to grow.
 
+The second table asks what cropping costs: every block of the initial network cropped to the same
+resolution, over the uncropped initial network. A crop adds a spectral down- and up-sampling per
+block, so a small crop costs more than it saves; the table gives the cost at the first cropped
+resolution, at about 1/2 and 1/4 of the input, and the largest resolution at which cropping every
+block costs less than not cropping (a search pulled towards C_target from below has no reason to
+cross that wall).
+
     python benchmarks/init_cost.py                          # the benchmarks' task shapes
     python benchmarks/init_cost.py --shapes 150,29x29 --learn KR
 """
@@ -26,6 +33,7 @@ from latency_prediction import shape  # noqa: E402
 from search_quality import code_state  # noqa: E402
 
 from dnarch_deploy import DNArch, ModelConfig, base_cost, model_cost  # noqa: E402
+from dnarch_deploy import masks as M  # noqa: E402
 
 # GunPoint, ArrowHead, OSULeaf, ListOps (200 tokens), smnist, PLAID, ACSF1; Darcy, MNIST 14x14 and
 # 28x28 (search_quality.py, ucr_quality.py)
@@ -40,12 +48,52 @@ def shapes(text: str) -> list[tuple[int, ...]]:
     return values
 
 
+def initial_model(size: tuple[int, ...], depth: int, width: int, learn: str) -> DNArch:
+    return DNArch(ModelConfig(in_channels=1, out_channels=10, input_size=size, depth=depth,
+                              width=width, learn=learn))
+
+
+@torch.no_grad()
 def init_ratio(size: tuple[int, ...], depth: int, width: int, learn: str) -> float:
     """model_cost of the initial DNArch over base_cost of CCNN_{depth,width}, at ``size``."""
-    config = ModelConfig(in_channels=1, out_channels=10, input_size=size, depth=depth,
-                         width=width, learn=learn)
-    with torch.no_grad():
-        return float(model_cost(DNArch(config))["total"]) / base_cost(config)
+    model = initial_model(size, depth, width, learn)
+    return float(model_cost(model)["total"]) / base_cost(model.config)
+
+
+@torch.no_grad()
+def crop_costs(size: tuple[int, ...], depth: int, width: int, learn: str, steps: int = 400
+               ) -> dict[tuple[int, ...], float]:
+    """Every block's resolution mask set alike, from its initial offset to its least: each
+    resolution reached (the first block's), and the network's model_cost there over the
+    uncropped initial network's."""
+    model = initial_model(size, depth, width, learn)
+    full = float(model_cost(model)["total"])
+    lo, hi = M.sigmoid_mu_range(model.config.tau_resolution)
+    costs = {}
+    for i in range(steps):
+        model.mask_res.fill_(hi - (hi - lo) * i / (steps - 1))
+        plan = model.plan()
+        resolution = tuple(plan.blocks[0].resolution)
+        costs.setdefault(resolution, float(model_cost(model, plan)["total"]) / full)
+    return costs
+
+
+def crop_row(size: tuple[int, ...], costs: dict[tuple[int, ...], float]) -> str:
+    """A markdown row: the first crop, about 1/2 and 1/4 of the input, the largest that pays."""
+    def show(r):
+        return f"{'x'.join(map(str, r))}: {costs[r]:.2f}" if r else "–"
+
+    def near(share):
+        cropped = [r for r in costs if r != size]
+        r = min(cropped, key=lambda r: abs(r[0] / size[0] - share), default=None)
+        return r if r and abs(r[0] / size[0] - share) < 0.1 else None
+
+    first = next((r for r in costs if r != size), None)
+    pays = [r for r, c in costs.items() if r != size and c < 1.0]
+    largest = max(pays, key=lambda r: r[0]) if pays else None
+    share = f" ({largest[0] / size[0]:.2f} of the input)" if largest else ""
+    return (f"| {'x'.join(map(str, size))} | {show(first)} | {show(near(0.5))} | "
+            f"{show(near(0.25))} | {show(largest)}{share} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,6 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.shapes:
         ratio = init_ratio(size, args.depth, args.width, args.learn)
         print(f"| {'x'.join(map(str, size))} | {ratio:.3f} |", flush=True)
+    if "R" in args.learn:
+        print("\nEvery block cropped to the same resolution: cost over the uncropped initial "
+              "network (resolution: ratio)\n")
+        print("| input | first crop | about 1/2 | about 1/4 | largest crop that costs less |\n"
+              "|---|---|---|---|---|")
+        for size in args.shapes:
+            print(crop_row(size, crop_costs(size, args.depth, args.width, args.learn)),
+                  flush=True)
     return 0
 
 
