@@ -320,8 +320,9 @@ def is_result(metric: float, fits: bool, best: tuple | None, higher: bool,
     the latest whose ``metric`` (the validation metric, :func:`smoothed` over the last rounds) is
     within one standard error of the top one (a one-standard-error rule, as in CART's pruning,
     preferring the longer-trained round). On a 7- or 10-sample validation split one sample is
-    10-15 % of accuracy, so "the best round" is often an early round that won by chance. ``standard_error(value)`` is the metric's standard error on
-    the validation split; with 0 the latest of the tied top rounds wins."""
+    10-15 % of accuracy, so "the best round" is often an early round that won by chance.
+    ``standard_error(value)`` is the metric's standard error on the validation split; with 0 the
+    latest of the tied top rounds wins."""
     if best is None or fits != best[1]:
         return (True, (metric, fits)) if best is None or fits else (False, best)
     top = max(best[0], metric) if higher else min(best[0], metric)
