@@ -72,6 +72,12 @@ def last_epoch(run_dir: Path) -> int | None:
     return int(dirs[-1].name[len(PREFIX):]) if dirs else None
 
 
+def damaged(path: Path, error: Exception) -> R.RunError:
+    """A damaged state.pt, in one line: torch.load's own message runs to a page of advice."""
+    first = (str(error).splitlines() or [""])[0]
+    return R.RunError(f"{path}: damaged training state ({type(error).__name__}: {first})")
+
+
 def last_step(run_dir: Path) -> int:
     """The optimiser steps the newest checkpoint has trained, 0 when there is none."""
     dirs = _epoch_dirs(run_dir)
@@ -81,7 +87,7 @@ def last_step(run_dir: Path) -> int:
     try:
         return int(torch.load(path, weights_only=True, map_location="cpu")["step"])
     except Exception as e:  # noqa: BLE001 - any failure here means a damaged or foreign file
-        raise R.RunError(f"{path}: damaged training state ({type(e).__name__}: {e})") from None
+        raise damaged(path, e) from None
 
 
 def last_weights(run_dir: Path) -> Path | None:
@@ -114,7 +120,7 @@ def load_last(run_dir: Path, model, opt, sched) -> dict:
         info["first_loss"] = float(state.get("first_loss", float("nan")))  # and stall checks
         info["restarts"] = list(state.get("restarts", []))
     except Exception as e:  # noqa: BLE001 - any failure here means a damaged or foreign file
-        raise R.RunError(f"{path}: damaged training state ({type(e).__name__}: {e})") from None
+        raise damaged(path, e) from None
     if isinstance(info["best"], torch.Tensor):
         info["best"] = None if info["best"].isnan() else float(info["best"])
     return info

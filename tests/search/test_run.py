@@ -227,17 +227,20 @@ def test_unwritable_run_dir(tmp_path):
     assert blocker.read_text() == "not a directory"
 
 
-def test_resume_of_a_damaged_checkpoint_is_refused(tiny_run, tmp_path):
+@pytest.mark.parametrize("damage", ["cut", "text"])
+def test_resume_of_a_damaged_checkpoint_is_refused(tiny_run, tmp_path, damage):
     import shutil
 
     copy = tmp_path / "copy"
     shutil.copytree(tiny_run, copy)
     (copy / R.SUMMARY).unlink()  # pretend it was cut short
     state = next((copy / R.CHECKPOINTS).glob("epoch-*")) / "state.pt"
-    state.write_bytes(state.read_bytes()[:100])
+    # cut short, or a file of another kind (torch.load's error is then a page long)
+    state.write_bytes(state.read_bytes()[:100] if damage == "cut" else b"garbage\n")
     before = state.read_bytes()
     proc = run_search("--out", str(copy), "--resume", check=False)
     assert proc.returncode == 2 and "state.pt" in proc.stderr and "damaged" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1  # not torch.load's page of advice
     assert state.read_bytes() == before
 
 
