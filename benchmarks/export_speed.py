@@ -54,6 +54,7 @@ import torch
 from dnarch_deploy import DNArch, ModelConfig
 from dnarch_deploy import masks as M
 from dnarch_deploy.cli import add_fields
+from dnarch_deploy.operators import conv_tactics
 from dnarch_deploy.rundir import RunError, load_run
 from dnarch_deploy.spectral import fft_conv
 from export.bench import theoretical_costs
@@ -190,6 +191,7 @@ def bench_network(opt: Options, label: str, state: str, model: DNArch, x: torch.
         cands = {"mix": tactics}
         for t in TACTICS:
             if [t] * len(tactics) != tactics and all(
+                    t in conv_tactics(tuple(blk.bias1.shape[1:])) and
                     conv_macs(t, blk.n_in, tuple(blk.bias1.shape[1:]), blk.conv.taps,
                               blk.conv.period) < 2e9
                     for blk in lowered.blocks):
@@ -216,7 +218,8 @@ def bench_convolutions(opt: Options, L: int, threads: int) -> list[dict]:
         kernel = torch.randn(channels, *taps) * 0.05
         x = torch.randn(1, channels, *size)
         row = {"channels": channels, "size": size, "taps": taps}
-        names = [t for t in TACTICS if t != "direct" or conv_macs(t, channels, size, taps) < 3e8]
+        names = [t for t in TACTICS if t in conv_tactics(size)
+                 and (t != "direct" or conv_macs(t, channels, size, taps) < 3e8)]
         graphs = [to_onnx(make_conv(t, kernel, size).eval(), (x,)) for t in names]
         row.update(zip(names, ort_ms(graphs, [x] * len(graphs), threads, opt.repeats)))
         row["torch.fft"] = eager_ms([lambda t, k=kernel: fft_conv(t, k)], x, opt.repeats)[0]
@@ -309,12 +312,13 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
     if convs:
         lines += ["", f"One depthwise convolution, batch 1, {convs[0]['threads']} thread(s): "
                   "lowerings in onnxruntime against torch.fft (dnarch_deploy.spectral.fft_conv) "
-                  "in eager PyTorch (ms; '-': direct not timed, too many MACs):", "",
+                  "in eager PyTorch (ms; '-': direct not timed, too many MACs, or dense not "
+                  "offered at that size):", "",
                   "| channels | size | taps | " + " | ".join(TACTICS)
                   + " | torch.fft | best FFT / torch |",
                   "| " + " | ".join(["---"] * (5 + len(TACTICS))) + " |"]
         for r in convs:
-            best = min(r[t] for t in TACTICS if t != "direct")
+            best = min(r[t] for t in TACTICS if t not in ("direct", "dense") and t in r)
             fft_ratios.append(best / r["torch.fft"])
             lines.append(f"| {r['channels']} | {r['size']} | {r['taps']} | "
                          + " | ".join(_ms(r, t) for t in TACTICS)

@@ -19,6 +19,9 @@ latency table is keyed by:
 Convolution tactics (export/tactics.py builds them):
   ``direct``    ONNX grouped ``Conv`` on the channels padded to a multiple of 4
                 (:func:`depthwise_channels`): C' L K.
+  ``dense``     one batched MatMul: per channel the (P x P) matrix of the convolution on the
+                P positions of the block, flattened: C P^2; offered up to
+                :data:`DENSE_MAX_POSITIONS` positions (:func:`conv_tactics`).
   ``matmul``    an FFT of MatMuls, four-step (two factors) or one dense DFT matrix in 1-D, one
                 dense DFT matrix per axis in 2-D (:func:`matmul_fft_macs`).
   ``multistep`` the same MatMul FFT with up to three factors (:func:`multistep_macs`).
@@ -41,8 +44,9 @@ from typing import NamedTuple
 
 from .spectral import conv_fft_length
 
-CONV_TACTICS = ("direct", "matmul", "multistep", "dft")  # in order of preference: ties to the first
-PORTABLE = ("direct", "matmul", "multistep")  # no DFT op: every backend runs them
+# in order of preference: ties to the first
+CONV_TACTICS = ("direct", "dense", "matmul", "multistep", "dft")
+PORTABLE = ("direct", "dense", "matmul", "multistep")  # no DFT op: every backend runs them
 RESAMPLE_FORMS = ("dense", "factored", "split")
 
 # Measured multiply-adds per second against the four-step's, the by-cost choice's weights.
@@ -55,7 +59,16 @@ RESAMPLE_FORMS = ("dense", "factored", "split")
 #   MatMuls (L=1024 and 4096, 64 channels, 1 thread).
 # - dft: only ever chosen by measurement: onnxruntime's DFT kernel is far slower than its
 #   operation count says.
-CONV_COST_WEIGHT = {"direct": 0.95, "matmul": 1.0, "multistep": 3.0, "dft": math.inf}
+# - dense: one GEMM per channel over the batch's rows, where the others run many small products:
+#   1.5x the four-step's rate (median of 26 cases, 16-251 samples and 8x8-16x16 images, batch 1
+#   and 32; 0.85x at batch 1 alone, up to 6.7x at batch 32: ``benchmarks/dense_conv.py``).
+# The dense tactic's matrices hold C P^2 weights (P positions): 16 MB per block for 64 channels at
+# 256 positions, where it already runs 1.5x slower than the four-step at batch 1 (251 samples,
+# 16x16), though faster at batch 32. Above that it is not offered.
+DENSE_MAX_POSITIONS = 256
+DENSE_COST_WEIGHT = 1 / 1.5
+CONV_COST_WEIGHT = {"direct": 0.95, "dense": DENSE_COST_WEIGHT, "matmul": 1.0, "multistep": 3.0,
+                    "dft": math.inf}
 
 # The factored forms run four MatMuls (two batched over N2 small matrices) and three Transposes
 # where the dense form runs one large GEMM: in onnxruntime on CPU they do about a third as many
@@ -194,6 +207,14 @@ def depthwise_channels(channels: int) -> int:
     return -(-channels // DEPTHWISE_CHANNEL_MULTIPLE) * DEPTHWISE_CHANNEL_MULTIPLE
 
 
+def conv_tactics(size: tuple[int, ...]) -> tuple[str, ...]:
+    """The tactics export offers for a convolution at resolution ``size``: all of
+    :data:`CONV_TACTICS`, but ``dense`` only up to :data:`DENSE_MAX_POSITIONS` positions."""
+    if math.prod(size) <= DENSE_MAX_POSITIONS:
+        return CONV_TACTICS
+    return tuple(t for t in CONV_TACTICS if t != "dense")
+
+
 def conv_macs(tactic: str, channels: int, size: tuple[int, ...], taps: tuple[int, ...],
               period: tuple[int, ...] | None = None) -> float:
     """Multiply-accumulates per sample of one depthwise 'same' convolution of ``channels``
@@ -202,6 +223,8 @@ def conv_macs(tactic: str, channels: int, size: tuple[int, ...], taps: tuple[int
     and DFT forms take the linear kernel)."""
     if tactic == "direct":
         return float(depthwise_channels(channels) * math.prod(size) * math.prod(taps))
+    if tactic == "dense":
+        return float(channels * math.prod(size) ** 2)
     if tactic in MAX_FACTORS:
         return float(channels * matmul_fft_macs(tuple(size), tuple(taps), MAX_FACTORS[tactic],
                                                 period))
@@ -212,15 +235,18 @@ def conv_macs(tactic: str, channels: int, size: tuple[int, ...], taps: tuple[int
 
 
 def cheapest_conv(costs: dict[str, float]) -> str:
-    """The portable tactic with the lowest MACs (``costs``: tactic -> :func:`conv_macs`) times its
-    :data:`CONV_COST_WEIGHT`; ties go to the first in :data:`CONV_TACTICS` order."""
-    return min(PORTABLE, key=lambda t: costs[t] * CONV_COST_WEIGHT[t])
+    """The portable tactic with the lowest MACs (``costs``: tactic -> :func:`conv_macs`, for the
+    tactics offered) times its :data:`CONV_COST_WEIGHT`; ties go to the first in
+    :data:`CONV_TACTICS` order."""
+    return min((t for t in PORTABLE if t in costs), key=lambda t: costs[t] * CONV_COST_WEIGHT[t])
 
 
 def conv_by_cost(channels: int, size: tuple[int, ...], taps: tuple[int, ...],
                  period: tuple[int, ...] | None = None) -> str:
-    """The tactic export picks by cost for this convolution (:func:`cheapest_conv`)."""
-    return cheapest_conv({t: conv_macs(t, channels, size, taps, period) for t in PORTABLE})
+    """The tactic export picks by cost for this convolution (:func:`cheapest_conv` among
+    :func:`conv_tactics`)."""
+    return cheapest_conv({t: conv_macs(t, channels, size, taps, period)
+                          for t in conv_tactics(size) if t in PORTABLE})
 
 
 # --- the resampling -------------------------------------------------------------------------------

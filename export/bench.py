@@ -3,10 +3,10 @@ trained model and the static module in eager PyTorch measured in the same run.
 
 Theoretical figures are multiply-accumulates per sample:
 
-- ``theoretical``: the lowered layer's own operators, per tactic (export.tactics.conv_macs: direct
-  conv C*L*K, MatMul-FFT its MatMuls, DFT op C*N*log2 N) plus the resampling as executed (per axis
-  dense MatMul n*m per line, or the factored four-step form's MatMuls: export.resampling
-  .resample_macs);
+- ``theoretical``: the lowered layer's own operators, per tactic (export.tactics.conv_macs:
+  direct conv C*L*K, dense C*P^2, MatMul-FFT its MatMuls, DFT op C*N*log2 N) plus the
+  resampling as executed (per axis dense MatMul n*m per line, or the factored four-step form's
+  MatMuls: export.resampling.resample_macs);
 - ``paper`` (the key is kept from version 1 of report.json): the search's cost model for the
   found architecture, per layer (:func:`dnarch_deploy.cost.layer_costs`): the same operators,
   at the tactics export picks by cost; its total is

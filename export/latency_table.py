@@ -165,7 +165,7 @@ def grid(quick: bool = False) -> dict[str, list[Case]]:
                 cases["conv.direct"].append(Case("conv.direct", c, s, taps=taps))
             # multistep only where it is not the four-step itself (export never ships it there)
             kernel = torch.zeros(c, *global_taps(s))
-            for form in distinct_tactics(kernel, s, ("matmul", "dft", "multistep")):
+            for form in distinct_tactics(kernel, s, ("dense", "matmul", "dft", "multistep")):
                 cases[f"conv.{form}"].append(Case(f"conv.{form}", c, s, taps=global_taps(s)))
             if len(s) == 2:  # an image's axes (up to 128 stay dense)
                 cases["resample.dense"] += [Case("resample.dense", c, s, out=s[a] // 2, axis=a)

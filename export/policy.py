@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from dnarch_deploy.operators import (
     cheapest_conv,
     cheapest_resample,
+    conv_tactics,
     resample_candidates,
     resample_macs,
 )
@@ -44,12 +45,13 @@ if TYPE_CHECKING:
 
 
 def tactic_costs(static: StaticNet) -> list[dict[str, float]]:
-    """Per block, the theoretical cost of its convolution under each tactic."""
+    """Per block, the theoretical cost of its convolution under each tactic offered at its
+    resolution (:func:`dnarch_deploy.operators.conv_tactics`)."""
     costs = []
     for block in static.blocks:
         size, taps = block_resolution(block), tuple(block.conv.kernel.shape[1:])
         costs.append({t: conv_macs(t, block.n_in, size, taps, block.conv.period)
-                      for t in TACTICS})
+                      for t in conv_tactics(size)})
     return costs
 
 

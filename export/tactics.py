@@ -7,6 +7,9 @@ choice are :mod:`dnarch_deploy.operators`' (the search's cost model prices the s
 
   ``direct``  ONNX ``Conv`` (groups = channels padded to a multiple of 4, 'same' zero padding)
               (:class:`DirectConv`).
+  ``dense``   one batched MatMul, per channel the convolution's (P x P) matrix on the P
+              positions of the block (:class:`DenseConv`; up to
+              :data:`~dnarch_deploy.operators.DENSE_MAX_POSITIONS` positions).
   ``matmul``  an FFT written with MatMul, elementwise Mul / Add and moves of data only
               (:class:`MatMulFFTConv`: four-step / Monarch layout in 1-D, its twiddle folded
               into batched MatMuls; one dense DFT matrix per axis in 2-D), plus a Pad / Slice
@@ -17,7 +20,7 @@ choice are :mod:`dnarch_deploy.operators`' (the search's cost model prices the s
               up to N = 8192 (the four-step: 6.7x at 1024, 11x at 4096); more, smaller MatMuls.
   ``dft``     ``torch.fft`` in the graph, exported as the ONNX ``DFT`` op (:class:`DFTConv`).
 
-All four compute the same cross-correlation as :func:`dnarch_deploy.spectral.direct_conv`. The FFT
+All five compute the same cross-correlation as :func:`dnarch_deploy.spectral.direct_conv`. The FFT
 forms use circular convolution of length N >= L + K // 2 per axis
 (:func:`dnarch_deploy.spectral.conv_fft_length`, the rule training's FFT convolution uses too),
 which is enough for the 'same' window: the wrapped-around part of the result lies outside it.
@@ -84,6 +87,49 @@ def circular_kernel(kernel: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     index = np.ix_(*[np.arange(-(k // 2), k // 2 + 1) % n for k, n in zip(kernel.shape[1:], sizes)])
     g[(slice(None), *index)] = flipped
     return g
+
+
+class DenseConv(nn.Module):
+    """Depthwise 'same' cross-correlation as one batched MatMul over the channels: C P^2.
+
+    The convolution is linear and, per channel, a (P x P) matrix on the block's P positions
+    (flattened): the circular filter g of :func:`circular_kernel` at the FFT lengths N (the
+    ``period`` of a kernel with a folded resolution mask, else any length a linear convolution
+    fits in) gives T[m, n] = g[(n - m) mod N] per axis. The batch is moved next to the positions,
+    (C, B, P) @ (C, P, P): onnxruntime runs one GEMM per channel with B rows, where the direct and
+    FFT forms run many small products (``benchmarks/dense_conv.py``)."""
+
+    name = "dense"
+
+    def __init__(self, kernel: Tensor, size: tuple[int, ...],
+                 period: tuple[int, ...] | None = None):
+        super().__init__()
+        if "dense" not in operators.conv_tactics(tuple(size)):
+            raise ValueError(f"the dense tactic runs convolutions on at most "
+                             f"{operators.DENSE_MAX_POSITIONS} positions, not {math.prod(size)} "
+                             f"({'x'.join(map(str, size))})")
+        self.channels, self.taps, self.size = kernel.shape[0], tuple(kernel.shape[1:]), tuple(size)
+        self.period = period
+        lengths = period or tuple(conv_fft_length(s, t) for s, t in zip(size, self.taps))
+        g = circular_kernel(kernel.detach().double().numpy(), lengths)  # (C, *N)
+        dims = len(size)
+        index = []  # per axis a, (n - m) mod N with m on axis a and n on axis dims + a
+        for a, (s, n) in enumerate(zip(size, lengths)):
+            shape = [1] * (2 * dims)
+            shape[a] = shape[dims + a] = s
+            index.append(((np.arange(s)[None, :] - np.arange(s)[:, None]) % n).reshape(shape))
+        p = math.prod(size)
+        matrix = g[(slice(None), *index)].reshape(self.channels, p, p)
+        dtype = torch.float64 if kernel.dtype == torch.float64 else torch.float32
+        self.register_buffer("matrix", torch.from_numpy(np.ascontiguousarray(matrix)).to(dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.flatten(2).transpose(0, 1)  # (C, B, P)
+        y = torch.matmul(rows, self.matrix).transpose(0, 1)
+        return y.unflatten(2, self.size) if len(self.size) > 1 else y
+
+    def extra_repr(self) -> str:
+        return f"channels={self.channels}, positions={self.matrix.shape[-1]}, taps={self.taps}"
 
 
 def dft_matrix(n: int) -> np.ndarray:
@@ -373,10 +419,14 @@ class DFTConv(nn.Module):
 def distinct_tactics(kernel: Tensor, size: tuple[int, ...],
                      tactics: tuple[str, ...] | None = None,
                      period: tuple[int, ...] | None = None) -> dict[str, nn.Module]:
-    """The lowered module under each tactic, leaving out one that is the same lowering as an
-    earlier tactic's (multistep where its best factorisation is the matmul tactic's)."""
+    """The lowered module under each tactic offered at this size
+    (:func:`dnarch_deploy.operators.conv_tactics`), leaving out one that is the same lowering as
+    an earlier tactic's (multistep where its best factorisation is the matmul tactic's)."""
     mods: dict[str, nn.Module] = {}
+    offered = operators.conv_tactics(tuple(size))
     for name in tactics or TACTICS:
+        if name not in offered:
+            continue
         module = make_conv(name, kernel, size, period)
         same = getattr(module, "same_as", None)
         if same is None or not any(same(m) for m in mods.values()):
@@ -385,7 +435,7 @@ def distinct_tactics(kernel: Tensor, size: tuple[int, ...],
 
 
 REGISTRY: dict[str, type[nn.Module]] = {
-    t.name: t for t in (DirectConv, MatMulFFTConv, MultiStepFFTConv, DFTConv)
+    t.name: t for t in (DirectConv, DenseConv, MatMulFFTConv, MultiStepFFTConv, DFTConv)
 }
 assert tuple(REGISTRY) == operators.CONV_TACTICS
 TACTICS = operators.CONV_TACTICS  # in order of preference: ties go to the first

@@ -6,8 +6,9 @@ Export cost is what limits this test (the dynamo exporter takes ~10 ms per graph
 ten architectures on a busy 2-core machine). So the static modules of up to eleven architectures
 share one wrapper module and one export (each is still its own input and output of the graph),
 and four of the five groups go through the legacy TorchScript-based ONNX exporter, about 4x
-faster, with the tactics it can export (direct, matmul; it has no FFT); one group goes through the
-shipped dynamo exporter with all three tactics, as do the artifact tests (test_export_pipeline.py).
+faster, with the tactics it can export (all but dft: it has no FFT); one group goes through the
+shipped dynamo exporter with every tactic, as do the artifact tests (test_export_pipeline.py).
+Each block draws among the tactics offered at its resolution (dense: up to 256 positions).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import onnx
 import pytest
 import torch
 
+from dnarch_deploy.operators import conv_tactics
 from export.emit import quiet, to_onnx
-from export.lowering import lower
+from export.lowering import block_resolution, lower
 from export.static import freeze, materialize
 from export.tactics import TACTICS
 from export.timing import session
@@ -66,11 +68,13 @@ def test_trained_static_onnxruntime_agree(group):
     seeds = GROUPS[group]
     models = [random_model(seed, long=group in LONG_GROUPS) for seed in seeds]
     rng = random.Random(group)
-    tactics = TACTICS if group in DYNAMO_GROUPS else ("direct", "matmul", "multistep")
+    tactics = TACTICS if group in DYNAMO_GROUPS else ("direct", "dense", "matmul", "multistep")
     nets = []
     for model in models:
         static = materialize(model, freeze(model))
-        nets.append(lower(static, [rng.choice(tactics) for _ in static.blocks]))
+        nets.append(lower(static, [rng.choice([t for t in tactics
+                                               if t in conv_tactics(block_resolution(b))])
+                                   for b in static.blocks]))
     example = tuple(random_input(m, 2, seed=1) for m in models)
     if group in DYNAMO_GROUPS:
         graph = to_onnx(Together(nets), example, dynamic_batch=True)

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from dnarch_deploy.operators import (
+    conv_by_cost,
     conv_period,
+    conv_tactics,
     depthwise_channels,
     fft_reference_macs,
     four_step_factors,
@@ -142,8 +144,8 @@ def test_resample_matmul_matches_fft_crop(n, size, masked, dim):
 
 def test_registry_one_class_per_tactic():
     """Each tactic is one module class: built from a kernel and a size, named, priced."""
-    assert TACTICS == ("direct", "matmul", "multistep", "dft")
-    assert PORTABLE == ("direct", "matmul", "multistep")
+    assert TACTICS == ("direct", "dense", "matmul", "multistep", "dft")
+    assert PORTABLE == ("direct", "dense", "matmul", "multistep")
     kernel = torch.randn(3, 9)
     for name in TACTICS:
         module = make_conv(name, kernel, (40,))
@@ -154,10 +156,42 @@ def test_registry_one_class_per_tactic():
     assert conv_macs("dft", 3, (40,), (9,)) == 3 * n * math.log2(n)
 
 
+@pytest.mark.parametrize(("size", "taps"), [((150,), (149,)), ((8, 8), (15, 15)), ((5, 8), (3, 5))])
+def test_dense_tactic_is_one_matmul_of_c_p_squared_in_onnxruntime(size, taps):
+    """The dense tactic is the convolution's (P x P) matrix per channel: C P^2 MACs, the matrix's
+    own size; in onnxruntime one MatMul between moves of data, exact at another batch size than
+    exported (the batch is dynamic)."""
+    kernel = torch.randn(5, *taps)
+    module = make_conv("dense", kernel, size)
+    p = math.prod(size)
+    assert module.matrix.shape == (5, p, p)
+    assert conv_macs("dense", 5, size, taps) == 5 * p * p == module.matrix.numel()
+    model = to_onnx(module, (torch.randn(2, 5, *size),))
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("MatMul") == 1 and set(ops) <= {"MatMul", "Transpose", "Reshape", "Flatten"}
+    x = torch.randn(7, 5, *size)
+    out = session(model).run(None, {model.graph.input[0].name: x.numpy()})[0]
+    assert rel_error(torch.from_numpy(out), direct_conv(x.double(), kernel.double())) < 2e-6
+
+
+def test_dense_tactic_is_offered_up_to_its_size_and_chosen_where_it_is_cheapest():
+    assert "dense" in conv_tactics((256,)) and "dense" in conv_tactics((16, 16))
+    assert "dense" not in conv_tactics((257,)) and "dense" not in conv_tactics((17, 16))
+    with pytest.raises(ValueError, match=r"at most 256 positions, not 300 \(20x15\)"):
+        make_conv("dense", torch.randn(3, 9, 9), (20, 15))
+    # by cost: a global kernel on a short axis or a small image is the dense tactic's; a short
+    # kernel stays direct (L K < L^2 / 1.5); a long axis never gets it
+    assert conv_by_cost(32, (150,), (149,)) == "dense"
+    assert conv_by_cost(24, (8, 8), (15, 15)) == "dense"
+    assert conv_by_cost(32, (150,), (9,)) == "direct"
+    assert conv_by_cost(32, (1024,), (1023,)) != "dense"
+
+
 def test_unknown_tactic_is_an_error_not_a_dft():
     for call in (lambda: conv_macs("fft", 3, (40,), (9,)),
                  lambda: make_conv("fft", torch.randn(3, 9), (40,))):
-        with pytest.raises(ValueError, match=r"unknown tactic 'fft'; choose from direct, matmul"):
+        with pytest.raises(ValueError,
+                           match=r"unknown tactic 'fft'; choose from direct, dense, matmul"):
             call()
 
 
@@ -231,8 +265,9 @@ def test_distinct_tactics_leave_out_a_repeated_lowering():
     """Where the best multi-step factorisation is the matmul tactic's (one dense DFT on a short
     axis) it is not timed twice."""
     short = distinct_tactics(torch.randn(3, 15), (16,))
-    assert "multistep" not in short and set(short) == {"direct", "matmul", "dft"}
+    assert "multistep" not in short and set(short) == {"direct", "dense", "matmul", "dft"}
     assert "multistep" in distinct_tactics(torch.randn(3, 1023), (1024,))
+    assert "dense" not in distinct_tactics(torch.randn(3, 1023), (1024,))  # not offered there
 
 
 def test_tuning_skips_tactics_far_above_the_fewest_macs():

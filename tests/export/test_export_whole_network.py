@@ -56,8 +56,8 @@ def one_block():
 
 
 @pytest.mark.parametrize(("medians", "kept"), [
-    ([2.0, 1.5, 1.5, 1.5], "direct"),  # the smallest median; of equal ones the first
-    ([1.0, 1.0, 3.0, 3.0], "per-layer"),  # a tie with the per-layer choice keeps it
+    ([2.0, 1.5, 1.5, 1.5, 1.5], "direct"),  # the smallest median; of equal ones the first
+    ([1.0, 1.0, 3.0, 3.0, 3.0], "per-layer"),  # a tie with the per-layer choice keeps it
 ])
 def test_keeps_the_network_with_the_smallest_median(monkeypatch, one_block, medians, kept):
     static, resample = one_block
@@ -67,12 +67,13 @@ def test_keeps_the_network_with_the_smallest_median(monkeypatch, one_block, medi
     monkeypatch.setattr(tune, "to_onnx", stand_in_exporter(exported))
     tactics, evidence = policy.fastest_network(static, ["matmul"], resample, threads=1, repeats=3)
     # each candidate lowered as it says
-    assert exported == [["matmul"], ["direct"], ["multistep"], ["dft"]]
-    assert calls == [4]  # and timed side by side, in one measurement
+    assert exported == [["matmul"], ["direct"], ["dense"], ["multistep"], ["dft"]]
+    assert calls == [5]  # and timed side by side, in one measurement
     # matmul everywhere is the per-layer choice itself: timed once, as "per-layer"
     assert [(c["name"], c["tactics"], c["median_ms"]) for c in evidence["candidates"]] == [
         ("per-layer", ["matmul"], medians[0]), ("direct", ["direct"], medians[1]),
-        ("multistep", ["multistep"], medians[2]), ("dft", ["dft"], medians[3])]
+        ("dense", ["dense"], medians[2]), ("multistep", ["multistep"], medians[3]),
+        ("dft", ["dft"], medians[4])]
     assert evidence["kept"] == kept and kept in evidence["why"]
     assert tactics == next(c["tactics"] for c in evidence["candidates"] if c["name"] == kept)
     assert (evidence["batch"], evidence["threads"], evidence["repeats"]) == (1, 1, 3)
@@ -127,7 +128,7 @@ def test_least_regret_serves_every_batch():
 def test_whole_network_check_at_two_batches(monkeypatch, one_block):
     """Each candidate timed at every batch; the kept one by least_regret over the batches."""
     static, resample = one_block
-    ms = iter([[1.0, 1.5, 1.2, 9.0], [40.0, 20.0, 22.0, 90.0]])  # B=1, then B=32
+    ms = iter([[1.0, 1.5, 1.6, 1.2, 9.0], [40.0, 20.0, 30.0, 22.0, 90.0]])  # B=1, then B=32
     monkeypatch.setattr(tune, "measure", lambda fns, repeats=20, **kw: [
         {"median_ms": m, "min_ms": m} for m, _ in zip(next(ms), fns)])
     monkeypatch.setattr(tune, "to_onnx", stand_in_exporter([]))
