@@ -1,26 +1,33 @@
-"""The dense tactic in onnxruntime: the by-cost weight :mod:`dnarch_deploy.operators` takes from it.
+"""The dense tactic in onnxruntime: why :mod:`dnarch_deploy.operators` leaves it to measurement.
 
 A depthwise 'same' convolution on P positions is, per channel, a (P x P) matrix:
 :class:`export.tactics.DenseConv` runs it as one batched MatMul, C P^2 multiply-accumulates. On
 short axes and small images that is about as many as the direct or MatMul FFT forms need, in one
-GEMM per channel where they run many small products. Each row times the portable tactics offered
-for one convolution (:func:`dnarch_deploy.operators.conv_tactics`; ``multistep`` where it is not
-the four-step itself) in turns in one process, and gives each one's multiply-accumulates per second
-(:func:`dnarch_deploy.operators.conv_macs` / median time) and the dense tactic's rate against
-the four-step MatMul FFT's, the reference of ``CONV_COST_WEIGHT``. The last columns say which
-tactic was fastest and which the by-cost choice picks (:func:`dnarch_deploy.operators
-.conv_by_cost`), and how much slower the pick ran than the fastest.
+GEMM per channel where they run many small products.
 
-Every form is checked against :func:`dnarch_deploy.spectral.direct_conv` (or, for a periodic
-kernel, the MatMul FFT) before it is timed.
+Table 1, one convolution alone: the portable tactics offered for it
+(:func:`dnarch_deploy.operators.conv_tactics`; ``multistep`` where it is not the four-step
+itself) timed in turns in one process, each one's multiply-accumulates per second
+(:func:`dnarch_deploy.operators.conv_macs` / median time) and the dense tactic's rate against the
+four-step MatMul FFT's; which tactic was fastest, which the by-cost choice picks
+(:func:`dnarch_deploy.operators.conv_by_cost`), and how much slower the pick ran.
 
-    python benchmarks/dense_conv.py            # the table
+Table 2, whole networks: base CCNN_{D,W} networks (random weights, BatchNorm calibrated) lowered
+with every convolution dense and with the by-cost tactics, the two timed in turns at each batch:
+at batch 1 a network streams every block's C P^2 weights per call, which one convolution timed
+alone (its matrix hot in the cache) does not show.
+
+Every form in table 1 is checked against :func:`dnarch_deploy.spectral.direct_conv` (or, for a
+periodic kernel, the MatMul FFT) before it is timed.
+
+    python benchmarks/dense_conv.py            # both tables
     python benchmarks/dense_conv.py --quick    # fewer cases and repeats
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import sys
@@ -32,9 +39,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dnarch_deploy import DNArch, ModelConfig  # noqa: E402
 from dnarch_deploy.operators import conv_by_cost, conv_macs, conv_tactics  # noqa: E402
 from dnarch_deploy.spectral import direct_conv  # noqa: E402
+from export.calibration import calibrate  # noqa: E402
 from export.emit import to_onnx  # noqa: E402
+from export.lowering import lower  # noqa: E402
+from export.policy import cheapest, resample_tactics_by_cost, tactic_costs  # noqa: E402
+from export.static import freeze, materialize  # noqa: E402
 from export.tactics import PORTABLE, distinct_tactics  # noqa: E402
 from export.timing import batch_sizes, measure, progress, runner, session  # noqa: E402
 
@@ -46,6 +58,10 @@ CASES = [(32, (16,), (31,), None), (32, (54,), (107,), None), (24, (54,), (9,), 
          (24, (8, 8), (15, 15), None), (32, (8, 8), (3, 3), None), (32, (14, 14), (27, 27), None),
          (32, (16, 16), (31, 31), (24, 24))]
 QUICK = CASES[3:5] + CASES[9:10]
+# (input size, width, depth) of table 2's base networks
+NETWORKS = [((64,), 32, 4), ((96,), 32, 4), ((150,), 16, 4), ((150,), 32, 4), ((251,), 32, 4),
+            ((8, 8), 32, 4), ((16, 16), 32, 4)]
+QUICK_NETWORKS = NETWORKS[2:3]
 
 
 def case_kernel(channels: int, taps: tuple[int, ...], period) -> torch.Tensor:
@@ -116,8 +132,38 @@ def main(argv: list[str] | None = None) -> int:
           f"{float(np.median(ratios)):.2f} (batch 1: "
           f"{float(np.median(ratios[0::len(args.batches)])):.2f}); by-cost pick / fastest: "
           f"median {float(np.median(regrets)):.2f}, worst {max(regrets):.2f}")
-    print(f"tactics offered at {cases[-1][1]}: {', '.join(conv_tactics(cases[-1][1]))}")
+    print(f"tactics offered at {cases[-1][1]}: {', '.join(conv_tactics(cases[-1][1]))}\n")
+    rows = ["| input | base | dense matrices MB | by-cost tactics | batch | dense ms | "
+            "by-cost ms | dense / by-cost |", "|---|---|---|---|---|---|---|---|"]
+    for size, width, depth in progress(QUICK_NETWORKS if args.quick else NETWORKS,
+                                       desc="networks"):
+        static, by_cost = base_network(size, width, depth)
+        example = torch.randn(2, 1, *size)
+        resample = resample_tactics_by_cost(static)
+        sessions = [session(to_onnx(lower(static, t, resample), (example,)), args.threads)
+                    for t in (["dense"] * len(by_cost), by_cost)]
+        megabytes = sum(b.n_in for b in static.blocks) * math.prod(size) ** 2 * 4 / 2**20
+        for b in args.batches:
+            x = torch.randn(b, 1, *size).numpy()
+            ms = [r["median_ms"] for r in measure([runner(s, {s.get_inputs()[0].name: x})
+                                                   for s in sessions], repeats)]
+            rows.append(f"| {'x'.join(map(str, size))} | {width}x{depth} | {megabytes:.1f} | "
+                        f"{' '.join(by_cost)} | {b} | {ms[0]:.3f} | {ms[1]:.3f} | "
+                        f"{ms[0] / ms[1]:.2f} |")
+    print("\n".join(rows))
     return 0
+
+
+def base_network(size: tuple[int, ...], width: int, depth: int):
+    """The static base CCNN_{depth,width} on one input channel (random weights, BatchNorm
+    calibrated) and its by-cost tactics."""
+    config = ModelConfig(in_channels=1, out_channels=10, input_size=size, depth=depth,
+                         width=width, learn="none")
+    model = DNArch(config)
+    model = calibrate(model, [torch.randn(16, 1, *size) for _ in range(2)],
+                      show_progress=False).eval()
+    static = materialize(model, freeze(model))
+    return static, cheapest(tactic_costs(static))
 
 
 if __name__ == "__main__":

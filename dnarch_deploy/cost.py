@@ -221,8 +221,8 @@ def _proxies(name: str, kinds: list[str], z: dict, input_size) -> Tensor:
     """(D,): a smooth formula of operator ``name``'s shape in the straight-through sizes, whose
     gradient the operator's cost follows (its value is rescaled to the lowered MACs): exact
     products for the pointwise layers and dense resampling, C R prod(taps) for a direct
-    convolution, C R^2 for a dense one, C N log2 N for the FFT forms and (n + m) log2(n + m)
-    lines for the factored resampling."""
+    convolution, C N log2 N for the FFT forms and (n + m) log2(n + m) lines for the factored
+    resampling."""
     res, size = z["resolution"], [float(s) for s in input_size]
     r = math.prod(res)
     if name == "linear1":
@@ -244,9 +244,7 @@ def _proxies(name: str, kinds: list[str], z: dict, input_size) -> Tensor:
         n = math.prod(rr + (t - 1) / 2 for rr, t in zip(res, taps)).clamp_min(2.0)
         direct = z["n_in"] * r * math.prod(taps)
         direct_kind = torch.tensor([k == "conv.direct" for k in kinds], device=r.device)
-        dense_kind = torch.tensor([k == "conv.dense" for k in kinds], device=r.device)
-        fft = z["n_in"] * n * torch.log2(n)
-        return torch.where(direct_kind, direct, torch.where(dense_kind, z["n_in"] * r * r, fft))
+        return torch.where(direct_kind, direct, z["n_in"] * n * torch.log2(n))
     # resampling of axis a, one axis after another: down from the input, up from the resolution
     down, a = name.startswith("down"), int(name[-1])
     channels = z["n_in"] if down else z["n_out"]

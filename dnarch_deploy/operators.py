@@ -21,7 +21,8 @@ Convolution tactics (export/tactics.py builds them):
                 (:func:`depthwise_channels`): C' L K.
   ``dense``     one batched MatMul: per channel the (P x P) matrix of the convolution on the
                 P positions of the block, flattened: C P^2; offered up to
-                :data:`DENSE_MAX_POSITIONS` positions (:func:`conv_tactics`).
+                :data:`DENSE_MAX_POSITIONS` positions (:func:`conv_tactics`), chosen only by
+                measurement (large batches).
   ``matmul``    an FFT of MatMuls, four-step (two factors) or one dense DFT matrix in 1-D, one
                 dense DFT matrix per axis in 2-D (:func:`matmul_fft_macs`).
   ``multistep`` the same MatMul FFT with up to three factors (:func:`multistep_macs`).
@@ -59,15 +60,15 @@ RESAMPLE_FORMS = ("dense", "factored", "split")
 #   MatMuls (L=1024 and 4096, 64 channels, 1 thread).
 # - dft: only ever chosen by measurement: onnxruntime's DFT kernel is far slower than its
 #   operation count says.
-# - dense: one GEMM per channel over the batch's rows, where the others run many small products:
-#   1.5x the four-step's rate (median of 26 cases, 16-251 samples and 8x8-16x16 images, batch 1
-#   and 32; 0.85x at batch 1 alone, up to 6.7x at batch 32: ``benchmarks/dense_conv.py``).
+# - dense: only ever chosen by measurement (``--tune``, whole networks at every ``--batch``). Alone,
+#   a convolution runs as many multiply-adds per second as the four-step at batch 1 and up to 6.7x
+#   at batch 32, but a whole network reads C P^2 weights per block per call: base CCNN_{4,W}
+#   networks of 64-251 samples and 8x8-16x16 images ran 1.3-7.5x slower at batch 1 than with
+#   the by-cost tactics, and 0.76-1.41x their time at batch 32 (``benchmarks/dense_conv.py``).
 # The dense tactic's matrices hold C P^2 weights (P positions): 16 MB per block for 64 channels at
-# 256 positions, where it already runs 1.5x slower than the four-step at batch 1 (251 samples,
-# 16x16), though faster at batch 32. Above that it is not offered.
+# 256 positions. Above that it is not offered.
 DENSE_MAX_POSITIONS = 256
-DENSE_COST_WEIGHT = 1 / 1.5
-CONV_COST_WEIGHT = {"direct": 0.95, "dense": DENSE_COST_WEIGHT, "matmul": 1.0, "multistep": 3.0,
+CONV_COST_WEIGHT = {"direct": 0.95, "dense": math.inf, "matmul": 1.0, "multistep": 3.0,
                     "dft": math.inf}
 
 # The factored forms run four MatMuls (two batched over N2 small matrices) and three Transposes
@@ -236,9 +237,10 @@ def conv_macs(tactic: str, channels: int, size: tuple[int, ...], taps: tuple[int
 
 def cheapest_conv(costs: dict[str, float]) -> str:
     """The portable tactic with the lowest MACs (``costs``: tactic -> :func:`conv_macs`, for the
-    tactics offered) times its :data:`CONV_COST_WEIGHT`; ties go to the first in
-    :data:`CONV_TACTICS` order."""
-    return min((t for t in PORTABLE if t in costs), key=lambda t: costs[t] * CONV_COST_WEIGHT[t])
+    tactics offered) times its :data:`CONV_COST_WEIGHT` (an infinite weight: never by cost);
+    ties go to the first in :data:`CONV_TACTICS` order."""
+    return min((t for t in PORTABLE if t in costs and math.isfinite(CONV_COST_WEIGHT[t])),
+               key=lambda t: costs[t] * CONV_COST_WEIGHT[t])
 
 
 def conv_by_cost(channels: int, size: tuple[int, ...], taps: tuple[int, ...],

@@ -9,7 +9,8 @@ choice are :mod:`dnarch_deploy.operators`' (the search's cost model prices the s
               (:class:`DirectConv`).
   ``dense``   one batched MatMul, per channel the convolution's (P x P) matrix on the P
               positions of the block (:class:`DenseConv`; up to
-              :data:`~dnarch_deploy.operators.DENSE_MAX_POSITIONS` positions).
+              :data:`~dnarch_deploy.operators.DENSE_MAX_POSITIONS` positions; chosen only by
+              measurement: fast at large batches, slow at batch 1).
   ``matmul``  an FFT written with MatMul, elementwise Mul / Add and moves of data only
               (:class:`MatMulFFTConv`: four-step / Monarch layout in 1-D, its twiddle folded
               into batched MatMuls; one dense DFT matrix per axis in 2-D), plus a Pad / Slice
@@ -97,7 +98,8 @@ class DenseConv(nn.Module):
     ``period`` of a kernel with a folded resolution mask, else any length a linear convolution
     fits in) gives T[m, n] = g[(n - m) mod N] per axis. The batch is moved next to the positions,
     (C, B, P) @ (C, P, P): onnxruntime runs one GEMM per channel with B rows, where the direct and
-    FFT forms run many small products (``benchmarks/dense_conv.py``)."""
+    FFT forms run many small products; at batch 1 it streams the C P^2 weights every call, and a
+    whole network runs slower than with the other tactics (``benchmarks/dense_conv.py``)."""
 
     name = "dense"
 
