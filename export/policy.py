@@ -20,9 +20,11 @@ that export's architecture.json records.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from dnarch_deploy.operators import (
+    DENSE_MAX_POSITIONS,
     cheapest_conv,
     cheapest_resample,
     conv_tactics,
@@ -208,6 +210,13 @@ def choose_tactics(static: StaticNet, options: ExportOptions) -> tuple[list[str]
     the per-layer winners by :func:`least_regret` over ``options.batch`` (:func:`choose_lowering`
     then checks them as a whole network)."""
     n = len(static.blocks)
+    for i, block in enumerate(static.blocks):  # a forced tactic must run every block
+        size = block_resolution(block)
+        if options.tactic is not None and options.tactic not in conv_tactics(size):
+            raise ValueError(
+                f"--tactic {options.tactic}: block {i} computes on {math.prod(size)} positions "
+                f"({'x'.join(map(str, size))}), more than the {options.tactic} tactic takes "
+                f"({DENSE_MAX_POSITIONS}); choose another --tactic, or let export choose")
     batches = options.batch
     resample = (measure_resample_batches(static, batches, options.threads, options.repeats)
                 if options.tune else resample_evidence_by_cost(static))

@@ -13,12 +13,14 @@ import onnx
 import pytest
 import torch
 
-from dnarch_deploy import Architecture
+from dnarch_deploy import Architecture, DNArch, ModelConfig
 from dnarch_deploy.cost import architecture_cost
 from dnarch_deploy.rundir import RunError, read_report
+from export.calibration import calibrate
 from export.onnx import main
 from export.pipeline import ExportOptions, export_model, export_run
-from export.policy import least_regret
+from export.policy import choose_tactics, least_regret
+from export.static import freeze, materialize
 from export.tactics import TACTICS
 from export.verify import VerificationError
 
@@ -232,6 +234,29 @@ def test_successful_export_replaces_the_previous_one(run_copy):
     saved = json.loads((run / "export" / "report.json").read_text())
     assert saved["tactics"] == report["tactics"] == ["matmul"] * len(report["tactics"])
     assert saved["latency"] is None and leftovers(run) == []
+
+
+@pytest.mark.parametrize("seed", [2, 32])  # 1-D at 62 samples; 2-D blocks down to 1 x 1
+def test_a_forced_dense_tactic_exports_every_artifact_exactly(tmp_path, seed):
+    """--tactic dense: every block one MatMul, trained == static == lowered == onnxruntime ==
+    .pt2 == TorchScript."""
+    model = random_model(seed)
+    options = ExportOptions(tune=False, tactic="dense", bench=False, batch_size=16)
+    report = export_model(model, fake_task(model), tmp_path, options)
+    assert report["tactics"] == ["dense"] * len(report["tactics"]) and report["tactics"]
+    assert report["ops"]["MatMul"] >= len(report["tactics"])
+    assert set(report["equivalence"]) == STAGES
+    assert all(err["max_rel"] <= 1e-4 for err in report["equivalence"].values())
+
+
+def test_a_forced_dense_tactic_on_a_long_block_is_refused_before_any_timing():
+    model = DNArch(ModelConfig(in_channels=1, out_channels=2, input_size=(300,), depth=1,
+                               width=8, learn="none"))
+    model = calibrate(model, [torch.randn(4, 1, 300)], show_progress=False).eval()
+    static = materialize(model, freeze(model))
+    with pytest.raises(ValueError, match=r"^--tactic dense: block 0 computes on 300 positions "
+                       r"\(300\), more than the dense tactic takes \(256\); choose another"):
+        choose_tactics(static, ExportOptions(tactic="dense", batch=[1]))
 
 
 def fake_task(model, n_train=40, n_test=12):
