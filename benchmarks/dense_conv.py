@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     for (c, size, taps, period), b in progress([(k, b) for k in cases for b in args.batches],
                                                desc="cases"):
         kernel = case_kernel(c, taps, period)
-        mods = {t: m for t, m in distinct_tactics(kernel, size, PORTABLE, period).items()}
+        mods = distinct_tactics(kernel, size, PORTABLE, period)
         check(mods, kernel, size, period)
         x = torch.randn(b, c, *size)
         sessions = [session(to_onnx(m, (x,)), args.threads) for m in mods.values()]

@@ -248,7 +248,7 @@ def conv_by_cost(channels: int, size: tuple[int, ...], taps: tuple[int, ...],
     """The tactic export picks by cost for this convolution (:func:`cheapest_conv` among
     :func:`conv_tactics`)."""
     return cheapest_conv({t: conv_macs(t, channels, size, taps, period)
-                          for t in conv_tactics(size) if t in PORTABLE})
+                          for t in conv_tactics(size)})
 
 
 # --- the resampling -------------------------------------------------------------------------------
