@@ -340,17 +340,18 @@ def load_table(path: str | Path | None = None, threads: int = 1,
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     cached = cache_path(threads)
+    remeasure = f"`python -m export.latency_table --threads {threads}` measures one"
     if path is None and not cached.exists():
         # the usual first run: quiet if the bundled table was measured here
         problem, quiet = (f"no latency table measured on this machine with {threads} threads "
-                          f"({cached}); `python -m export.latency_table --threads {threads}` "
-                          "measures one"), True
+                          f"({cached}); {remeasure}"), True
     else:
         path = Path(cached if path is None else path)
         try:
             table = LatencyTable.load(path)
         except (OSError, ValueError) as e:
-            problem, quiet = f"latency table {path} cannot be used: {e}", False
+            # e.g. a table of an older version, without an operator kind added since
+            problem, quiet = f"latency table {path} cannot be used: {e} ({remeasure})", False
         else:
             diffs = table.differences(threads)
             if not diffs:
