@@ -281,4 +281,4 @@ def _cuda() -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    distributed.exit_process(main())

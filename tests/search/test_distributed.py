@@ -48,3 +48,16 @@ def test_two_processes_match_one(tmp_path):
     torch.testing.assert_close(torch.tensor(vb), torch.tensor(va), rtol=1e-3, atol=1e-4)
     # only rank 0 writes: one line per epoch and split, not two
     assert len(R.read_jsonl(two / R.METRICS)) == len(R.read_jsonl(one / R.METRICS))
+
+
+def test_a_rank_exits_with_its_code_flushed_and_without_finalisation():
+    """Under torchrun a rank leaves without the interpreter's finalisation (where a gloo worker
+    releasing the last collective's tensors can abort it), its printed output flushed."""
+    script = ("import atexit; from search.distributed import exit_process; "
+              "atexit.register(lambda: print('finalised')); print('done', end=''); "
+              "exit_process(3)")
+    for world_size, finalised in (("2", False), ("1", True)):
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              env=dict(env(), WORLD_SIZE=world_size), timeout=60)
+        assert proc.returncode == 3
+        assert proc.stdout == ("donefinalised\n" if finalised else "done")
