@@ -210,8 +210,8 @@ def inverse_half_weights(size: int, b: int, c: np.ndarray) -> tuple[np.ndarray, 
     h = c[:, :, None] * np.conj(roots(jb[:, None, None], s1[None, None, :], size)
                                 * roots(qb[None, :, None], s1[None, None, :], m))
     e = np.conj(roots(jb[:, None], jb[None, :], b))  # (s2, k2')
-    # (N2', 2 K1', 2 M); (N2', 2 N2'): Re of e @ (re + i im)
-    return complex_block(h), np.concatenate([e.real, -e.imag], axis=1)
+    # (2, N2', 2 K1', M); (N2', 2 N2'): Re of e @ (re + i im)
+    return by_part(complex_block(h)), np.concatenate([e.real, -e.imag], axis=1)
 
 
 def forward_half(x: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
@@ -243,12 +243,21 @@ def from_natural_order(z: Tensor, bins: int, b: int) -> Tensor:
 
 def inverse_half(z: Tensor, w3: Tensor, w4: Tensor) -> Tensor:
     """Steps (3), (4): (N2', lines, re | im K1') -> (lines, S2 M), S2 = w4's rows (N2' here; the
-    rows of the MatMul FFT's grid in export.tactics)."""
-    b, m = w3.shape[0], w3.shape[2] // 2
-    z = torch.matmul(z, w3)  # (3): (k2', lines, re | im s1)
-    z = z.reshape(b, -1, 2, m).permute(2, 0, 1, 3).reshape(2 * b, -1)  # (re | im k2', ...)
+    rows of the MatMul FFT's grid in export.tactics). w3 (2, N2', 2 K1', M) (:func:`by_part`):
+    step (3) writes real and imaginary parts as two leading blocks, the layout step (4) reads,
+    with no Transpose between them (0.84-0.90x the four-step convolution's time at 150-256
+    samples, 0.93-1.0x at 1024-1460: 32-64 channels, batch 1 and 32, 1 thread)."""
+    b, m = w3.shape[1], w3.shape[3]
+    z = torch.matmul(z, w3).reshape(2 * b, -1)  # (3): (re | im k2', lines s1)
     y = torch.matmul(w4, z)  # (4): (s2, lines s1)
     return y.reshape(w4.shape[0], -1, m).transpose(0, 1).reshape(-1, w4.shape[0] * m)
+
+
+def by_part(w: np.ndarray) -> np.ndarray:
+    """(..., p, 2q) with columns re | im -> (2, ..., p, q): the real parts' columns, then the
+    imaginary parts'."""
+    q = w.shape[-1] // 2
+    return np.stack([w[..., :q], w[..., q:]])
 
 
 def complex_block(w: np.ndarray) -> np.ndarray:

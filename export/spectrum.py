@@ -133,7 +133,7 @@ class FromSpectrum(nn.Module):
         z = s[..., : self.bins]
         if self.form == "dense":
             return torch.matmul(z.reshape(*lead, 2 * self.bins), self.matrix)
-        z = from_natural_order(z.reshape(-1, 2, self.bins), self.padded, self.w3.shape[0])
+        z = from_natural_order(z.reshape(-1, 2, self.bins), self.padded, self.w3.shape[1])
         return inverse_half(z, self.w3, self.w4).reshape(*lead, self.length)
 
     def macs(self) -> int:

@@ -40,7 +40,7 @@ from dnarch_deploy import operators
 from dnarch_deploy.operators import MAX_FACTORS, fft_factors, pow2_fft_length
 from dnarch_deploy.spectral import conv_fft_length
 
-from .resampling import complex_block, forward_half, inverse_half, roots
+from .resampling import by_part, complex_block, forward_half, inverse_half, roots
 
 
 class DirectConv(nn.Module):
@@ -352,7 +352,8 @@ def _four_step(f: np.ndarray, spec: np.ndarray, factors: tuple[int, int]
     """The four-step's buffers in :meth:`MatMulFFTConv._forward_four_step`'s layouts, complex
     values as real and imaginary parts side by side: ``first`` (2 P1, rows), the first stage's
     DFT rows stacked re over im; ``second`` (P1, 2 N2, 2 N2), per k1 the twiddle W_N^(k1 t2)
-    times the DFT along t2, and ``second_inverse``, its conjugate transpose's map; ``g_re`` and
+    times the DFT along t2, and ``second_inverse`` (2, P1, 2 N2, N2), its conjugate transpose's
+    map, real and imaginary parts' columns apart (:func:`export.resampling.by_part`); ``g_re`` and
     ``g_im`` (P1, 1, C, N2), the filter's spectrum. f: (P1, rows) complex, spec: (C, P1, N2)."""
     n1, n2 = factors
     p = f.shape[0]
@@ -361,7 +362,7 @@ def _four_step(f: np.ndarray, spec: np.ndarray, factors: tuple[int, int]
     spec = spec.transpose(1, 0, 2)[:, None]  # (P1, 1, C, N2)
     return {"first": np.concatenate([f.real, f.imag], 0),
             "second": complex_block(tw[:, :, None] * d2),
-            "second_inverse": complex_block(np.conj(d2) * np.conj(tw)[:, None, :]),
+            "second_inverse": by_part(complex_block(np.conj(d2) * np.conj(tw)[:, None, :])),
             "g_re": spec.real, "g_im": spec.imag}
 
 
