@@ -9,6 +9,11 @@ channel, and each grid's time against the fewest-MACs grid's (< 1: faster). The 
 picks (:func:`dnarch_deploy.operators.fft_factors`) is marked *. Every module is checked against
 :func:`dnarch_deploy.spectral.direct_conv` first.
 
+A second table times the inverse half's two layouts on the grid export picks: step (3) writing
+real and imaginary parts as two leading blocks, read by step (4) as they are (export's, since
+813fe2d), against the layout before it, real and imaginary parts side by side and a Transpose
+between steps (3) and (4) (:class:`TransposedInverse`, kept here for the comparison).
+
     python benchmarks/four_step.py
     python benchmarks/four_step.py --quick    # the two shortest cases
 """
@@ -29,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dnarch_deploy.operators import FOUR_STEP_N2, fft_factors, multistep_macs  # noqa: E402
 from dnarch_deploy.spectral import conv_fft_length, direct_conv  # noqa: E402
 from export.emit import to_onnx  # noqa: E402
+from export.resampling import forward_half  # noqa: E402
 from export.tactics import MatMulFFTConv  # noqa: E402
 from export.timing import measure, runner, session  # noqa: E402
 
@@ -40,6 +46,46 @@ def fewest_macs(length: int, taps: int) -> tuple[int, int]:
     n = conv_fft_length(length, taps)
     grids = [(-(-n // f), f) for f in range(2, 65) if 2 * f <= n]
     return min(grids, key=lambda g: multistep_macs(length, g))
+
+
+class TransposedInverse(MatMulFFTConv):
+    """The four-step convolution with the inverse half as it was before 813fe2d: step (3) writes
+    (k2', lines, re | im s1) and a Transpose moves the real / imaginary split to the front."""
+
+    def __init__(self, kernel: torch.Tensor, size: tuple[int, ...]):
+        super().__init__(kernel, size)
+        self.register_buffer("w3_side_by_side", torch.cat(list(self.second_inverse), -1))
+
+    def _forward_four_step(self, x: torch.Tensor) -> torch.Tensor:
+        (rows, r1), c, p = self.grid, self.channels, self.bins
+        z = forward_half(x, self.first, self.second).reshape(p, -1, c, 2 * r1)
+        re, im = z[..., :r1], z[..., r1:]
+        z = torch.cat([re * self.g_re - im * self.g_im, re * self.g_im + im * self.g_re], -1)
+        z = torch.matmul(z.reshape(p, -1, 2 * r1), self.w3_side_by_side)  # (3)
+        z = z.reshape(p, -1, 2, r1).permute(2, 0, 1, 3).reshape(2 * p, -1)
+        y = torch.matmul(self.back, z)  # (4)
+        s2 = self.back.shape[0]
+        return y.reshape(s2, -1, r1).transpose(0, 1).reshape(-1, c, rows * r1)
+
+
+def inverse_layouts(opt: argparse.Namespace) -> None:
+    """Export's inverse half against the Transpose layout, on the grid export picks."""
+    print("\n| channels | length | batch | grid | ms: by part (export) | ms: Transpose (before) "
+          "| by part / Transpose |")
+    print("|---|---|---|---|---|---|---|")
+    for channels, length in CASES[:2] if opt.quick else CASES:
+        kernel = torch.randn(channels, 2 * length - 1)
+        modules = [MatMulFFTConv(kernel, (length,)), TransposedInverse(kernel, (length,))]
+        x = torch.randn(2, channels, length)
+        assert torch.allclose(modules[0](x), modules[1](x), atol=1e-5)
+        for batch in opt.batch:
+            x = torch.randn(batch, channels, length)
+            graphs = [to_onnx(m, (x,)) for m in modules]
+            fns = [runner(session(g, 1), {g.graph.input[0].name: x.numpy()}) for g in graphs]
+            ms = [r["median_ms"] for r in measure(fns, opt.repeats)]
+            grid = "x".join(map(str, modules[0].n))
+            print(f"| {channels} | {length} | {batch} | {grid} | {ms[0]:.3f} | {ms[1]:.3f} | "
+                  f"{ms[0] / ms[1]:.2f} |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"({multistep_macs(length, g) / 1e3:.0f}K), {t / ms[0]:.2f}"
                      for g, t in zip(grids, ms)]
             print(f"| {channels} | {length} | {taps} | {batch} | {'; '.join(cells)} |", flush=True)
+    inverse_layouts(opt)
     return 0
 
 
