@@ -88,8 +88,8 @@ MAX_STAGE_FACTOR = 64
 MAX_FACTORS = {"matmul": 2, "multistep": 3}
 # The four-step's second factor N2 is a multiple of 8 from 16: its layout moves rows of N2 values
 # (Transposes) and multiplies (2 N2)-wide matrices, and onnxruntime runs those faster than the
-# grids of fewest MACs (N2 7-43): 0.67-0.80x their time at 150-256 samples, 0.85-1.0x at 512-4096,
-# within 8 % of the fastest grid tried (global kernels, 32-64 channels, 1 thread, batch 1 and 32:
+# grids of fewest MACs (N2 7-43): 0.64-0.82x their time at 150-256 samples, 0.88-1.0x at 512-4096,
+# within 9 % of the fastest grid tried (global kernels, 32-64 channels, 1 thread, batch 1 and 32:
 # ``benchmarks/four_step.py``). A circular convolution runs at exactly the training's N and cannot
 # round it up to such a grid: there any N2 dividing N is tried, and its fewer MACs win over the
 # slower grid (``benchmarks/circular_conv.py``).
