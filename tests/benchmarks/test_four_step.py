@@ -1,5 +1,7 @@
 """benchmarks/four_step.py --quick as a user runs it: per case and batch one row, the fewest-MACs
-grid first, the grid export picks (FOUR_STEP_N2) marked; and the grid argument it relies on."""
+grid first, the grid export picks (FOUR_STEP_N2) marked; then the inverse half's two layouts
+(export's against the Transpose form), equal outputs checked before timing; and the grid argument
+it relies on."""
 
 from __future__ import annotations
 
@@ -22,11 +24,18 @@ def test_quick_run_prints_each_grid_with_the_picked_one_marked():
          "--repeats", "2"], capture_output=True, text=True, check=True,
         env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600).stdout
     rows = [line for line in out.splitlines() if line.startswith("| ") and "grid" not in line]
-    assert len(rows) == 2
+    assert len(rows) == 4
+    layouts, rows = rows[2:], rows[:2]
     # a global kernel on 150 samples: fewest MACs at N2 = 7, the multiple of 8 export picks 16
     assert "| 32 | 150 | 299 | 1 | 43x7: " in rows[0] and "*19x16: " in rows[0]
     assert "| 64 | 256 | 511 | 1 | 47x11: " in rows[1] and "*32x16: " in rows[1]
     assert all(row.count("*") == 1 for row in rows)
+    # channels, length, batch, the grid export picks, two timings and their ratio
+    assert layouts[0].startswith("| 32 | 150 | 1 | 19x16 | ")
+    assert layouts[1].startswith("| 64 | 256 | 1 | 32x16 | ")
+    for row in layouts:
+        by_part, transposed, ratio = (float(c) for c in row.strip("| ").split(" | ")[4:])
+        assert ratio == pytest.approx(by_part / transposed, abs=0.03)  # ms rounded
 
 
 def test_a_grid_too_small_for_the_kernel_is_refused():
