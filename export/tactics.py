@@ -154,8 +154,8 @@ class MatMulFFTConv(nn.Module):
     is one batched MatMul: the forward transform is the spectral resampling's first half
     (:func:`export.resampling.forward_half`), the inverse its second (``inverse_half``). Against the
     general form below it leaves out the twiddles' Mul / Add passes and three of every four
-    MatMul calls, for two Transposes each way; its price is P1 such matrices per block (~0.8 MB
-    at 1024 samples).
+    MatMul calls, for three Transposes (two forward, one back); its price is P1 such matrices per
+    block (~0.8 MB at 1024 samples).
 
     More factors: stage j is a DFT along axis j followed by the twiddle
     W_Mj^(kj t') (Mj = Nj ... Nk, t' the index over the later axes). Stage 1 multiplies from the
