@@ -246,7 +246,7 @@ def inverse_half(z: Tensor, w3: Tensor, w4: Tensor) -> Tensor:
     rows of the MatMul FFT's grid in export.tactics). w3 (2, N2', 2 K1', M) (:func:`by_part`):
     step (3) writes real and imaginary parts as two leading blocks, the layout step (4) reads,
     with no Transpose between them: 0.83-0.90x the four-step convolution's time at 150-256
-    samples, 0.91-1.03x at 512-4096 (global kernels, 32-64 channels, batch 1 and 32, 1 thread:
+    samples, 0.72-1.03x at 512-4096 (global kernels, 32-64 channels, batch 1 and 32, 1 thread:
     ``benchmarks/four_step.py``, second table)."""
     b, m = w3.shape[1], w3.shape[3]
     z = torch.matmul(z, w3).reshape(2 * b, -1)  # (3): (re | im k2', lines s1)
