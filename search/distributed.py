@@ -18,6 +18,11 @@ import torch
 import torch.distributed as dist
 
 
+def launched_size() -> int:
+    """How many processes torchrun started (its WORLD_SIZE; 1 when run directly)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 @dataclass
 class World:
     rank: int = 0
@@ -26,7 +31,7 @@ class World:
 
     @classmethod
     def from_env(cls) -> World:
-        size = int(os.environ.get("WORLD_SIZE", "1"))
+        size = launched_size()
         if size > 1 and not dist.is_initialized():
             raise RuntimeError("distributed environment found but not initialised; "
                                "call distributed.init() first")
@@ -35,7 +40,7 @@ class World:
 
 def init(device: str) -> World:
     """Initialise the process group when started by torchrun (WORLD_SIZE > 1)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+    if launched_size() > 1 and not dist.is_initialized():
         backend = "nccl" if device == "cuda" else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -96,7 +101,7 @@ def exit_process(code: int) -> NoReturn:
     active exception", SIGABRT) after its work is done and written: about 1 in 40 2-process
     runs on a loaded machine, torch 2.13. Every file is closed by then; only the standard
     streams need a flush."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if launched_size() > 1:  # the process group may be gone by now: not World.from_env()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
