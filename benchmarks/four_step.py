@@ -34,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dnarch_deploy.operators import FOUR_STEP_N2, fft_factors, multistep_macs  # noqa: E402
 from dnarch_deploy.spectral import conv_fft_length, direct_conv  # noqa: E402
 from export.emit import to_onnx  # noqa: E402
-from export.resampling import forward_half  # noqa: E402
 from export.tactics import MatMulFFTConv  # noqa: E402
 from export.timing import measure, runner, session  # noqa: E402
 
@@ -56,16 +55,13 @@ class TransposedInverse(MatMulFFTConv):
         super().__init__(kernel, size)
         self.register_buffer("w3_side_by_side", torch.cat(list(self.second_inverse), -1))
 
-    def _forward_four_step(self, x: torch.Tensor) -> torch.Tensor:
-        (rows, r1), c, p = self.grid, self.channels, self.bins
-        z = forward_half(x, self.first, self.second).reshape(p, -1, c, 2 * r1)
-        re, im = z[..., :r1], z[..., r1:]
-        z = torch.cat([re * self.g_re - im * self.g_im, re * self.g_im + im * self.g_re], -1)
-        z = torch.matmul(z.reshape(p, -1, 2 * r1), self.w3_side_by_side)  # (3)
+    def _inverse(self, z: torch.Tensor) -> torch.Tensor:
+        p, r1 = self.bins, z.shape[-1] // 2
+        z = torch.matmul(z, self.w3_side_by_side)  # (3): (k2', lines, re | im s1)
         z = z.reshape(p, -1, 2, r1).permute(2, 0, 1, 3).reshape(2 * p, -1)
         y = torch.matmul(self.back, z)  # (4)
         s2 = self.back.shape[0]
-        return y.reshape(s2, -1, r1).transpose(0, 1).reshape(-1, c, rows * r1)
+        return y.reshape(s2, -1, r1).transpose(0, 1).reshape(-1, s2 * r1)
 
 
 def inverse_layouts(opt: argparse.Namespace) -> None:

@@ -294,8 +294,11 @@ class MatMulFFTConv(nn.Module):
         z = forward_half(x, self.first, self.second).reshape(p, -1, c, 2 * r1)  # (P1, B, C, .)
         re, im = z[..., :r1], z[..., r1:]
         z = torch.cat([re * self.g_re - im * self.g_im, re * self.g_im + im * self.g_re], -1)
-        y = inverse_half(z.reshape(p, -1, 2 * r1), self.second_inverse, self.back)
-        return y.reshape(-1, c, rows * r1)
+        return self._inverse(z.reshape(p, -1, 2 * r1)).reshape(-1, c, rows * r1)
+
+    def _inverse(self, z: Tensor) -> Tensor:
+        """The four-step's inverse half: (P1, lines, re | im N2) -> (lines, rows R1)."""
+        return inverse_half(z, self.second_inverse, self.back)
 
     def _forward_2d(self, x: Tensor) -> Tensor:
         re, im = torch.matmul(self.f_re, x), torch.matmul(self.f_im, x)  # (B, C, P, W)
