@@ -52,12 +52,15 @@ class Units:
     def name(self) -> str:
         return "macs" if self.table is None else "ms"
 
-    def of(self, kind: str, macs: Size, dims: int = 1, axis: int | None = None) -> Size:
+    def of(self, kind: str, macs: Size, dims: int = 1, axis: int | None = None,
+           shape: tuple = (0, 0, 0)) -> Size:
         """One operator of ``kind`` doing ``macs`` (per sample; a tensor: each element) in a
-        network on ``dims`` spatial axes (a resampling: along ``axis``)."""
+        network on ``dims`` spatial axes (a resampling: along ``axis``; a convolution or linear
+        layer: of ``shape``, its (width, positions, taps),
+        :class:`~dnarch_deploy.operators.Operator`)."""
         if self.table is None:
             return macs
-        return self.table.predict_ms(kind, macs, self.batch, dims, axis)
+        return self.table.predict_ms(kind, macs, self.batch, dims, axis, shape)
 
     @property
     def per_call(self) -> float:
@@ -279,11 +282,16 @@ def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> 
         hard = torch.tensor([ops[name].macs if name in ops else 0.0 for ops in z["operators"]],
                             dtype=z["weights"].dtype, device=device)
         kinds = [ops[name].kind if name in ops else "" for ops in z["operators"]]
+        # a convolution's or linear layer's shape, discrete: the table's key, not differentiated
+        shape = tuple(torch.tensor([getattr(ops[name], f) if name in ops else 0
+                                    for ops in z["operators"]], device=device)
+                      for f in ("width", "positions", "taps"))
         proxy = _proxies(name, kinds, z, c.input_size)
         scale = torch.where(hard > 0, hard / proxy.detach().clamp_min(1e-30), 0.0)
         macs = proxy * scale  # the lowered MACs in value, the proxy's gradient
         blocks[name] = sum(torch.where(torch.tensor([k == kind for k in kinds], device=device),
-                                       units.of(kind, macs, dims, _axis(name)), 0.0)
+                                       units.of(kind, macs, dims, _axis(name), shape),
+                                       0.0)
                            for kind in sorted(set(kinds) - {""}))
     enc = _edge(encoder_cost(length, 0 if c.vocab_size else c.in_channels, z["stream"]), units,
                 dims)
@@ -392,7 +400,7 @@ def _layers(size, in_channels, out_channels, pooling, stream, operators, units: 
 
     return {
         "encoder": edge(encoder_cost(length, in_channels, float(stream))),
-        **{f"blocks.{i}": float(sum(units.of(op.kind, op.macs, dims, _axis(name))
+        **{f"blocks.{i}": float(sum(units.of(op.kind, op.macs, dims, _axis(name), op[2:])
                                     for name, op in ops.items()))
            for i, ops in enumerate(operators)},
         "decoder": edge(decoder_cost(length, float(stream), out_channels, pooling)),

@@ -13,8 +13,9 @@ The file is JSON::
                 "versions": {"onnxruntime": ..., "torch": ..., "onnx": ..., "python": "3.11",
                              "dnarch-deploy": ...},
                 "date": "2026-01-01T00:00:00+00:00", "command": "python -m export.latency_table"},
-     "points": {"1": {"linear": [{"macs": 2048.0, "ms": 0.011, "shape": "C=8 S=(16,)",
-                                  "dims": 1, "axis": null}, ...],
+     "points": {"1": {"linear": [{"macs": 1024.0, "ms": 0.011, "shape": "C=8 S=(16,)",
+                                  "dims": 1, "axis": null, "width": 64, "positions": 16,
+                                  "taps": 1}, ...],
                       ...every kind...},
                 "32": {...}}}
 
@@ -23,7 +24,7 @@ of a call: ``header["overhead_ms"]`` (per batch, optional) is the median time of
 running one Identity node, subtracted from every point when measured (at most 90 % of a point)
 and priced once per network (:meth:`LatencyTable.overhead`). Each point is its own session
 call, and a network of 20 operators is one call: without the subtraction the table prices 20
-calls' fixed cost (the bundled table's: 7.0 us at batch 1, more than most operators of a small
+calls' fixed cost (the bundled table's: 6.9 us at batch 1, more than most operators of a small
 network take).
 
 Prediction (:meth:`LatencyTable.predict_ms`): piecewise-linear in log(MACs)-log(ms) through the
@@ -41,6 +42,22 @@ and timings are noisy, and a price that falls as MACs grow would reward the sear
 layer. A batch the table did not measure is priced from the nearest measured batch (nearest in
 ratio, ties to the larger), scaled linearly:
 ms(B) = ms(B0) * B / B0.
+
+A convolution's or a linear layer's time per MAC depends on its shape, not only on its MACs: a
+short kernel on a long sequence is memory-bound (9 taps run at about 3x a global kernel's
+milliseconds per MAC at batch 32 in the bundled table), 8 channels at up to 2x 16's, an FFT form
+on an 8x8 image at about 4x the per-MAC time of one on 16x16, and a linear layer of 8 channels
+on 1024 positions far slower than one of 32 on 64 with the same MACs. One curve through all of a
+kind's points, made non-decreasing, mixes them: it priced the base CCNN's global convolution on
+150 samples at twice its measured time at batch 32. So these points record their shape,
+``width`` (the channels of a depthwise convolution, C_in * C_out of a linear layer),
+``positions`` (the product of the spatial size) and ``taps`` (the product of the kernel's; 1 for
+a linear layer), and an operator that states its own is priced at its MACs times a time per MAC:
+that of the measured shapes nearest it at its width (each shape's curve over its widths, read at
+the MACs that width does there), interpolated bilinearly in (log positions, log taps) between
+the two nearest measured lengths and, at each, the two nearest kernels (clamped at the ends).
+Points without a shape (files measured before it was recorded, and the other kinds) and
+operators that state none are priced by MACs alone.
 
 Which table (:func:`load_table`): the one asked for, else the cache file measured on this machine
 with these threads, else the bundled default. A table that was measured on another machine (CPU
@@ -91,12 +108,20 @@ class LatencyTableWarning(UserWarning):
     """A latency table could not be used as asked (see :func:`load_table`)."""
 
 
+SHAPE = ("width", "positions", "taps")  # a point's shape fields, 0 where not recorded
+
+
 class Point(NamedTuple):
     macs: float  # multiply-accumulates per sample
     ms: float  # median milliseconds for the whole batch
     shape: str = ""  # what was measured, for the reader
     dims: int = 1  # spatial axes of the measured input: 1 (a sequence), 2 (an image) or 3
     axis: int | None = None  # a resampling's spatial axis (on an image, 0 is the slow one)
+    # a convolution's or linear layer's shape (0: not recorded): its width (channels; C_in *
+    # C_out of a linear layer), the product of its spatial size and of its kernel's taps
+    width: int = 0
+    positions: int = 0
+    taps: int = 0
 
 
 # --- this machine ---------------------------------------------------------------------------------
@@ -178,6 +203,42 @@ def _curve(points: list[Point]) -> tuple[Tensor, Tensor, Tensor]:
     return kx, ky, ky.diff() / kx.diff()
 
 
+def _shape_grid(points: list[Point]) -> dict[int, dict[int, tuple]]:
+    """{positions: {taps: (MACs per unit of width, curve)}}: one :func:`_curve` per measured
+    shape, through its widths."""
+    grid: dict[int, dict[int, list[Point]]] = {}
+    for p in points:
+        grid.setdefault(p.positions, {}).setdefault(p.taps, []).append(p)
+    return {n: {t: (sum(p.macs / p.width for p in pts) / len(pts), _curve(pts))
+                for t, pts in sorted(by_taps.items())}
+            for n, by_taps in sorted(grid.items())}
+
+
+def _bracket(values: list[int], x: float) -> list[tuple[float, int]]:
+    """(weight, value) of the one or two ``values`` (sorted) around ``x``, linear in log x;
+    clamped to the nearest end outside them."""
+    if x <= values[0]:
+        return [(1.0, values[0])]
+    if x >= values[-1]:
+        return [(1.0, values[-1])]
+    hi = next(i for i, v in enumerate(values) if v >= x)
+    lo, up = values[hi - 1], values[hi]
+    w = math.log(x / lo) / math.log(up / lo)
+    return [(1.0 - w, lo), (w, up)]
+
+
+def _log_ms_per_mac(grid: dict, width: float, positions: float, taps: float) -> float:
+    """log(ms / MAC) of an operator of this shape: at each measured shape around it (bilinear
+    in log positions, log taps) the time per MAC of ``width`` there."""
+    total = 0.0
+    for wp, n in _bracket(list(grid), positions):
+        for wt, t in _bracket(list(grid[n]), taps):
+            per_width, curve = grid[n][t]
+            x = torch.tensor(math.log(per_width * width), dtype=torch.float64)
+            total += wp * wt * (float(_interpolate(x, curve)) - float(x))
+    return total
+
+
 def _interpolate(x: Tensor, curve: tuple[Tensor, Tensor, Tensor]) -> Tensor:
     """Piecewise-linear y(x) through the knots of :func:`_curve`, the end segments extended; x a
     tensor (any shape), differentiable in x."""
@@ -194,6 +255,8 @@ class LatencyTable:
     points: dict[int, dict[str, list[Point]]]
     source: str = "<memory>"  # the file it was read from, for messages
     _curves: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # (batch, kind, dims) -> {positions: {taps: curve}}, for kinds whose points record a shape
+    _shapes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for batch, kinds in self.points.items():
@@ -205,6 +268,8 @@ class LatencyTable:
                     for axis in {p.axis for p in same} - {None}:
                         self._curves[batch, kind, dims, axis] = _curve(
                             [p for p in same if p.axis == axis])
+                    if all(p.width and p.positions and p.taps for p in same):
+                        self._shapes[batch, kind, dims] = _shape_grid(same)
 
     @property
     def batches(self) -> list[int]:
@@ -221,11 +286,14 @@ class LatencyTable:
         return float(self.header.get("overhead_ms", {}).get(str(self._nearest(batch)), 0.0))
 
     def predict_ms(self, kind: str, macs: Tensor | float, batch: int, dims: int = 1,
-                   axis: int | None = None) -> Tensor | float:
+                   axis: int | None = None, shape: tuple = (0, 0, 0)) -> Tensor | float:
         """Milliseconds of one operator of ``kind`` doing ``macs`` multiply-accumulates per sample
-        at ``batch`` in a network on ``dims`` spatial axes (a resampling: along ``axis``; module
-        docstring). A tensor ``macs`` (any shape, elementwise) gives a tensor differentiable in
-        it; a number gives a float."""
+        at ``batch`` in a network on ``dims`` spatial axes (a resampling: along ``axis``; a
+        convolution or linear layer: of ``shape``, (width, positions, taps), where known; module
+        docstring).
+        A tensor ``macs`` (any shape, elementwise; the ``shape`` entries numbers or tensors
+        broadcastable to it) gives a tensor differentiable in ``macs``; a number gives a
+        float."""
         if kind not in KINDS:
             raise ValueError(f"unknown operator kind {kind!r}; known kinds: {', '.join(KINDS)}")
         near = self._nearest(batch)
@@ -234,9 +302,17 @@ class LatencyTable:
             m = m.double()
         positive = m > 0
         # where() takes no gradient from the masked branch; log of 1 keeps it finite
-        ms = torch.exp(_interpolate(torch.log(torch.where(positive, m, 1.0)),
-                                    self._curve(near, kind, dims, axis)))
-        ms = torch.where(positive, ms * (batch / near), 0.0)
+        log_m = torch.log(torch.where(positive, m, 1.0))
+        log_ms = _interpolate(log_m, self._curve(near, kind, dims, axis))
+        grid = self._shapes.get((near, kind, dims))
+        if grid is not None:
+            shapes = torch.stack(torch.broadcast_tensors(
+                *(torch.as_tensor(v, dtype=torch.float64, device=m.device) for v in shape), m), -1)
+            for c, p, t in {tuple(q) for q in shapes[..., :3].reshape(-1, 3).tolist()
+                            if min(q) > 0}:
+                here = (shapes[..., :3] == shapes.new_tensor([c, p, t])).all(-1)
+                log_ms = torch.where(here, log_m + _log_ms_per_mac(grid, c, p, t), log_ms)
+        ms = torch.where(positive, torch.exp(log_ms) * (batch / near), 0.0)
         return ms if isinstance(macs, Tensor) else float(ms)
 
     def _curve(self, batch: int, kind: str, dims: int, axis: int | None
@@ -261,7 +337,7 @@ class LatencyTable:
 
     def to_json(self) -> dict:
         return {"schema": SCHEMA, "header": self.header, "points": {
-            str(b): {k: [p._asdict() for p in pts] for k, pts in kinds.items()}
+            str(b): {k: [_point_json(p) for p in pts] for k, pts in kinds.items()}
             for b, kinds in sorted(self.points.items())}}
 
     @classmethod
@@ -312,6 +388,12 @@ class LatencyTable:
         atomic_write_text(path, json.dumps(self.to_json(), indent=1) + "\n")
 
 
+def _point_json(p: Point) -> dict:
+    """A point's JSON object; a shape not recorded (zeros: not a convolution or linear layer) is
+    left out."""
+    return {k: v for k, v in p._asdict().items() if v or k not in SHAPE}
+
+
 def _point(p: object, where: str) -> Point:
     ok = isinstance(p, dict) and all(
         isinstance(p.get(k), int | float) and math.isfinite(p[k]) and p[k] > 0
@@ -323,7 +405,12 @@ def _point(p: object, where: str) -> Point:
         raise ValueError(f"{where}: point {p!r} has 'dims' {dims!r}, not 1, 2 or 3")
     if axis is not None and (type(axis) is not int or axis not in range(dims)):
         raise ValueError(f"{where}: point {p!r} has 'axis' {axis!r}, not one of its {dims} axes")
-    return Point(float(p["macs"]), float(p["ms"]), str(p.get("shape", "")), dims, axis)
+    shape = {k: p.get(k, 0) for k in SHAPE}
+    if not all(type(v) is int and v >= 0 for v in shape.values()):
+        raise ValueError(f"{where}: point {p!r} has 'width', 'positions' or 'taps' that is not "
+                         "a non-negative integer")
+    return Point(float(p["macs"]), float(p["ms"]), str(p.get("shape", "")), dims, axis,
+                 **shape)
 
 
 # --- which table ----------------------------------------------------------------------------------

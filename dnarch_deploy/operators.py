@@ -364,6 +364,12 @@ def cheapest_resample(n: int, size: int) -> str:
 class Operator(NamedTuple):
     kind: str  # what a latency table is keyed by: linear, pointwise, conv.<tactic>, resample.<form>
     macs: float  # multiply-accumulates per sample
+    # a convolution's or linear layer's shape, by which a latency table prices it (0: none):
+    # its width (channels; C_in * C_out of a linear layer), the product of its spatial size and
+    # of its deployed kernel's taps (1 for a linear layer)
+    width: int = 0
+    positions: int = 0
+    taps: int = 0
 
 
 def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_in: int,
@@ -400,11 +406,12 @@ def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_
     tactic = conv_by_cost(n_in, resolution, conv_taps, period)
     r = math.prod(resolution)
     ops["conv"] = Operator(f"conv.{tactic}",
-                           conv_macs(tactic, n_in, resolution, conv_taps, period))
-    ops["linear1"] = Operator("linear", float(r * n_in * n_mid))
+                           conv_macs(tactic, n_in, resolution, conv_taps, period),
+                           n_in, r, math.prod(conv_taps))
+    ops["linear1"] = Operator("linear", float(r * n_in * n_mid), n_in * n_mid, r, 1)
     ops["bias1"] = Operator("pointwise", float(r * n_mid))
     ops["gelu"] = Operator("pointwise", float(r * n_mid))
-    ops["linear2"] = Operator("linear", float(r * n_mid * n_out))
+    ops["linear2"] = Operator("linear", float(r * n_mid * n_out), n_mid * n_out, r, 1)
     for a, (n, size) in enumerate(zip(resolution, input_size)):
         if n != size:
             form = cheapest_resample(n, size)

@@ -145,6 +145,16 @@ def macs(case: Case) -> float:
     return float(lines * resample_macs(form, case.size[case.axis], case.out))
 
 
+def point_shape(case: Case) -> tuple[int, int, int]:
+    """(width, positions, taps) the point of a convolution or linear layer records
+    (dnarch_deploy.latency prices them by it); zeros for the other kinds."""
+    if case.kind == "linear":
+        return case.channels**2, math.prod(case.size), 1
+    if case.kind.startswith("conv."):
+        return case.channels, math.prod(case.size), math.prod(case.taps)
+    return 0, 0, 0
+
+
 def grid(quick: bool = False) -> dict[str, list[Case]]:
     """The cases measured, per kind (:data:`KINDS`): 1-D and 2-D sizes, a few channel counts."""
     lengths = (16, 256) if quick else (16, 64, 256, 1024, 4096)
@@ -258,7 +268,8 @@ def measure_table(options: TableOptions, command: str) -> LatencyTable:
                 ms = median_ms(runner(sess, random_feeds(sub, b)), options.quick)
                 axis = case.axis if case.out else None
                 points[b][case.kind].append(Point(macs(case), operator_ms(ms, overhead[str(b)]),
-                                                  str(case), len(case.size), axis))
+                                                  str(case), len(case.size), axis,
+                                                  *point_shape(case)))
                 previous = (b, ms)
             bar.update()
     bar.close()

@@ -321,7 +321,8 @@ def test_latency_units_price_each_operator_of_the_described_network(case, state)
     dims = len(found.input_size)  # an image's operators are priced by the table's 2-D points,
     # a resampling by those along its axis
     axis = {"down0": 0, "down1": 1, "up0": 0, "up1": 1}
-    by_hand = [sum(units.table.predict_ms(op.kind, op.macs, 32, dims, axis.get(n))
+    by_hand = [sum(units.table.predict_ms(op.kind, op.macs, 32, dims, axis.get(n),
+                                          (op.width, op.positions, op.taps))
                    for n, op in ops.items()) for ops in architecture_operators(found)]
     blocks = [v for k, v in layer_costs(found, units).items() if k.startswith("blocks.")]
     assert blocks == pytest.approx(by_hand, rel=1e-12)

@@ -170,6 +170,89 @@ def test_a_resampling_is_priced_by_the_points_along_its_axis():
     assert t.predict_ms("resample.dense", 5e4, 1, 1, axis=0) == pytest.approx(power(5e4))
 
 
+# --- a convolution priced by its shape ------------------------------------------------------------
+
+
+def shaped(rate) -> LatencyTable:
+    """conv.direct measured at 16 and 256 positions, 9 and global taps, 8 and 32 channels,
+    each point at ``rate(positions, taps, channels)`` ms per MAC; the other kinds on the power
+    law, shapeless."""
+    pts = {k: [Point(m, power(m)) for m in KNOTS] for k in KINDS}
+    pts["conv.direct"] = [Point(c * n * t, rate(n, t, c) * c * n * t, width=c, positions=n,
+                                taps=t)
+                          for n in (16, 256) for t in (9, n - 1) for c in (8, 32)]
+    return LatencyTable(header={}, points={1: pts})
+
+
+def test_a_convolution_of_a_measured_shape_costs_its_time_per_mac_there():
+    """Equal MACs, different shapes, different prices: a short kernel on a long sequence runs
+    slower per MAC than a global one (the MACs-only curve averages them)."""
+    t = shaped(lambda n, taps, c: 1e-6 * (3.0 if taps == 9 else 1.0))
+    short, global_ = (32, 256, 9), (32, 256, 255)
+    macs = 32 * 256 * 9
+    assert t.predict_ms("conv.direct", macs, 1, shape=short) == pytest.approx(3e-6 * macs)
+    assert t.predict_ms("conv.direct", macs, 1, shape=global_) == pytest.approx(1e-6 * macs)
+    # no shape: the curve through every point, by MACs alone
+    assert t.predict_ms("conv.direct", macs, 1) == pytest.approx(
+        t.predict_ms("conv.direct", macs, 1, shape=(0, 0, 0)))
+
+
+def test_between_measured_shapes_the_time_per_mac_is_log_linear():
+    """Half-way in log positions (64 of 16..256), and at each measured length log-linear in
+    taps between its kernels: a weighted geometric mean of the corners' times per MAC."""
+    rate = {(16, 9): 1.0, (16, 15): 2.0, (256, 9): 4.0, (256, 255): 8.0}
+    t = shaped(lambda n, taps, c: 1e-6 * rate[n, taps])
+    # 15 taps: at 16 positions the global kernel's corner, at 256 positions log(15 / 9) /
+    # log(255 / 9) of the way from 9 taps to 255
+    w = math.log(15 / 9) / math.log(255 / 9)
+    at_256 = 4.0 ** (1 - w) * 8.0 ** w
+    want = math.sqrt(2.0 * at_256) * 1e-6
+    macs = 32 * 64 * 15
+    assert t.predict_ms("conv.direct", macs, 1, shape=(32, 64, 15)) == pytest.approx(want * macs)
+    # outside the measured lengths and kernels: the nearest
+    assert t.predict_ms("conv.direct", 100.0, 1, shape=(32, 4, 3)) == pytest.approx(1e-4)
+    assert t.predict_ms("conv.direct", 100.0, 1, shape=(32, 4096, 4095)) == pytest.approx(8e-4)
+
+
+def test_a_shapes_channel_count_reads_its_curve_at_that_many_channels():
+    """At a measured shape the time per MAC is that of the operator's channel count there: 8
+    channels slower per MAC than 32 (onnxruntime pads them), and below the fewest measured the
+    smallest case's time, whatever the MACs (per-node work dominates)."""
+    t = shaped(lambda n, taps, c: 1e-6 * (2.0 if c == 8 else 1.0))
+    macs = 256 * 255
+    assert t.predict_ms("conv.direct", 8 * macs, 1, shape=(8, 256, 255)) == pytest.approx(
+        2e-6 * 8 * macs)
+    assert t.predict_ms("conv.direct", 16 * macs, 1, shape=(16, 256, 255)) == pytest.approx(
+        math.sqrt(2.0) * 1e-6 * 16 * macs)  # half-way in log MACs of the 8 and 32 points
+    smallest = 2e-6 * 8 * macs
+    for c in (1, 2, 4):
+        assert t.predict_ms("conv.direct", c * macs, 1, shape=(c, 256, 255)) == pytest.approx(
+            smallest)
+
+
+def test_shaped_tensors_elementwise_and_the_gradient_is_the_time_per_mac():
+    t = shaped(lambda n, taps, c: 1e-6 * (3.0 if taps == 9 else 1.0))
+    macs = torch.tensor([32 * 256 * 9, 32 * 256 * 9, 0.0], dtype=torch.float64,
+                        requires_grad=True)
+    shape = (torch.tensor([32, 32, 32]), torch.tensor([256, 256, 256]), torch.tensor([9, 255, 9]))
+    ms = t.predict_ms("conv.direct", macs, 32, shape=shape)
+    torch.testing.assert_close(ms.detach(), 32 * macs.detach() * torch.tensor(
+        [3e-6, 1e-6, 0.0], dtype=torch.float64))
+    ms.sum().backward()
+    torch.testing.assert_close(macs.grad, 32 * torch.tensor([3e-6, 1e-6, 0.0],
+                                                            dtype=torch.float64))
+
+
+@pytest.mark.parametrize("key", ["width", "positions", "taps"])
+@pytest.mark.parametrize("value", [-1, 2.5, "8"])
+def test_a_bad_shape_in_a_point_is_refused_by_name(key, value):
+    data = shaped(lambda n, taps, c: 1e-6).to_json()
+    data["schema"], data["header"] = L.SCHEMA, L.make_header(1, [1], "test")
+    data["points"]["1"]["conv.direct"][0][key] = value
+    with pytest.raises(ValueError, match=key):
+        LatencyTable.from_json(data)
+
+
 # --- the file -------------------------------------------------------------------------------------
 
 
@@ -178,6 +261,7 @@ def test_round_trip(tmp_path):
     t.points[1]["linear"][0] = Point(1e3, 0.25, "C=8 S=(16,)")
     t.points[1]["linear"][1] = Point(1e4, 0.5, "C=8 S=(16, 16)", dims=2)
     t.points[1]["resample.dense"][1] = Point(1e4, 0.5, "C=8 S=(16, 16) ->8", dims=2, axis=0)
+    t.points[1]["conv.dense"][1] = Point(1e4, 0.5, "C=8 S=(16, 16)", 2, None, 8, 256, 225)
     t.save(tmp_path / "t.json")
     back = LatencyTable.load(tmp_path / "t.json")
     assert back.header == t.header and back.points == t.points

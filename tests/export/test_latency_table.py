@@ -45,6 +45,17 @@ def test_quick_writes_this_machines_table_to_the_cache(capsys, recwarn):
     # each point says what it was measured on: --quick has sequences only; a resampling's axis
     assert all(p.dims == 1 and p.axis == (0 if k.startswith("resample.") else None)
                for b in (1, 3) for k in KINDS for p in table.points[b][k])
+    # a convolution's and a linear layer's shape, by which they are priced; none for the others
+    for k in KINDS:
+        for p in table.points[1][k]:
+            if k.startswith("conv."):
+                assert p.shape.startswith(f"C={p.width} S=({p.positions},)"), p
+                assert p.taps == (15 if "taps=(15,)" in p.shape else 9 if "taps=(9,)" in p.shape
+                                  else 255), p
+            elif k == "linear":
+                assert p.shape == f"C={round(p.width**0.5)} S=({p.positions},)" and p.taps == 1
+            else:
+                assert (p.width, p.positions, p.taps) == (0, 0, 0), p
     # the fixed cost of a call, measured per batch and taken off every point
     assert set(table.header["overhead_ms"]) == {"1", "3"}
     assert all(0 < v < 1 for v in table.header["overhead_ms"].values())
