@@ -8,7 +8,7 @@ ships with the package (``dnarch_deploy/data/latency_default.json``).
 
 The file is JSON::
 
-    {"schema": "dnarch-deploy/latency-table/3",
+    {"schema": "dnarch-deploy/latency-table/4",
      "header": {"cpu": "AMD EPYC", "cpu_count": 16, "threads": 1, "batches": [1, 32],
                 "versions": {"onnxruntime": ..., "torch": ..., "onnx": ..., "python": "3.11",
                              "dnarch-deploy": ...},
@@ -54,8 +54,12 @@ kind's points, made non-decreasing, mixes them: it priced the base CCNN's global
 ``positions`` (the product of the spatial size) and ``taps`` (the product of the kernel's; 1 for
 a linear layer), and an operator that states its own is priced at its MACs times a time per MAC:
 that of the measured shapes nearest it at its width (each shape's curve over its widths, read at
-the MACs that width does there), interpolated bilinearly in (log positions, log taps) between
-the two nearest measured lengths and, at each, the two nearest kernels (clamped at the ends).
+the MACs that width does there), interpolated bilinearly in log positions between the two
+nearest measured lengths and, at each, in log taps per position between the two nearest
+kernels (clamped at the ends). Taps per position tell a short kernel (9 / positions), a global
+one (about 1) and a resolution mask's folded periodic one (2 - 1 / positions, run circularly at
+the training's FFT length, whose odd factors run at about twice the time per MAC of a global
+kernel's four-step FFT) apart at any length.
 Points without a shape (files measured before it was recorded, and the other kinds) and
 operators that state none are priced by MACs alone.
 
@@ -94,11 +98,13 @@ from .tasks.cache import cache_root
 # 2: points record their rank and a resampling's axis, measured on opset-20 lowerings (one Gelu
 # node, 1x1 layers as Conv); a table of schema 1 was timed on other graphs and is not used.
 # 3: the kind "copy" (the Slices and Concat around a block narrower than the stream).
-SCHEMA = "dnarch-deploy/latency-table/3"
+# 4: the kind "add" (the bias and residual Adds, about a third of GELU's time per element).
+SCHEMA = "dnarch-deploy/latency-table/4"
 # the operator kinds of dnarch_deploy.operators: a pointwise linear map (measured: a 1x1 Conv
-# plus bias), an elementwise op (measured: GELU), a copy of channels (measured: two Slices and a
-# Concat), each convolution tactic, each resampling form
-KINDS = ("linear", "pointwise", "copy", *(f"conv.{t}" for t in CONV_TACTICS),
+# plus bias), an elementwise op (measured: GELU), an Add (measured: a per-position bias map), a
+# copy of channels (measured: two Slices and a Concat), each convolution tactic, each
+# resampling form
+KINDS = ("linear", "pointwise", "add", "copy", *(f"conv.{t}" for t in CONV_TACTICS),
          *(f"resample.{f}" for f in RESAMPLE_FORMS))
 BUNDLED = Path(__file__).parent / "data" / "latency_default.json"
 VERSIONED = ("onnxruntime", "torch", "onnx")  # the packages whose versions a table records
@@ -203,37 +209,37 @@ def _curve(points: list[Point]) -> tuple[Tensor, Tensor, Tensor]:
     return kx, ky, ky.diff() / kx.diff()
 
 
-def _shape_grid(points: list[Point]) -> dict[int, dict[int, tuple]]:
-    """{positions: {taps: (MACs per unit of width, curve)}}: one :func:`_curve` per measured
-    shape, through its widths."""
+def _shape_grid(points: list[Point]) -> dict[int, list[tuple]]:
+    """{positions: [(taps / positions, MACs per unit of width, curve), ...] by that ratio}: one
+    :func:`_curve` per measured shape, through its widths."""
     grid: dict[int, dict[int, list[Point]]] = {}
     for p in points:
         grid.setdefault(p.positions, {}).setdefault(p.taps, []).append(p)
-    return {n: {t: (sum(p.macs / p.width for p in pts) / len(pts), _curve(pts))
-                for t, pts in sorted(by_taps.items())}
+    return {n: [(t / n, sum(p.macs / p.width for p in pts) / len(pts), _curve(pts))
+                for t, pts in sorted(by_taps.items())]
             for n, by_taps in sorted(grid.items())}
 
 
-def _bracket(values: list[int], x: float) -> list[tuple[float, int]]:
-    """(weight, value) of the one or two ``values`` (sorted) around ``x``, linear in log x;
+def _bracket(values: list[float], x: float) -> list[tuple[float, int]]:
+    """(weight, index) of the one or two ``values`` (increasing) around ``x``, linear in log x;
     clamped to the nearest end outside them."""
     if x <= values[0]:
-        return [(1.0, values[0])]
+        return [(1.0, 0)]
     if x >= values[-1]:
-        return [(1.0, values[-1])]
+        return [(1.0, len(values) - 1)]
     hi = next(i for i, v in enumerate(values) if v >= x)
-    lo, up = values[hi - 1], values[hi]
-    w = math.log(x / lo) / math.log(up / lo)
-    return [(1.0 - w, lo), (w, up)]
+    w = math.log(x / values[hi - 1]) / math.log(values[hi] / values[hi - 1])
+    return [(1.0 - w, hi - 1), (w, hi)]
 
 
 def _log_ms_per_mac(grid: dict, width: float, positions: float, taps: float) -> float:
     """log(ms / MAC) of an operator of this shape: at each measured shape around it (bilinear
-    in log positions, log taps) the time per MAC of ``width`` there."""
-    total = 0.0
-    for wp, n in _bracket(list(grid), positions):
-        for wt, t in _bracket(list(grid[n]), taps):
-            per_width, curve = grid[n][t]
+    in log positions and log taps per position) the time per MAC of ``width`` there."""
+    lengths, total = list(grid), 0.0
+    for wp, i in _bracket(lengths, positions):
+        kernels = grid[lengths[i]]
+        for wt, j in _bracket([k[0] for k in kernels], taps / positions):
+            _, per_width, curve = kernels[j]
             x = torch.tensor(math.log(per_width * width), dtype=torch.float64)
             total += wp * wt * (float(_interpolate(x, curve)) - float(x))
     return total

@@ -11,7 +11,8 @@ with the rest of the stream (where it writes fewer). Each operator has a *kind*,
 latency table is keyed by:
 
   ``linear``            a pointwise linear map (a 1x1 Conv over channels)
-  ``pointwise``         an element-wise op (GELU, bias and residual adds, pooling)
+  ``pointwise``         an element-wise op (GELU, pooling)
+  ``add``               an Add: the first layer's per-position bias, the residual
   ``copy``              channels copied: the Slices and Concat around a narrowed block
   ``conv.<tactic>``     the convolution as one of :data:`CONV_TACTICS`
   ``resample.<form>``   one axis's spectral resampling as one of :data:`RESAMPLE_FORMS`
@@ -362,7 +363,8 @@ def cheapest_resample(n: int, size: int) -> str:
 
 
 class Operator(NamedTuple):
-    kind: str  # what a latency table is keyed by: linear, pointwise, conv.<tactic>, resample.<form>
+    kind: str  # what a latency table is keyed by: linear, pointwise, add, copy, conv.<tactic>,
+    # resample.<form>
     macs: float  # multiply-accumulates per sample
     # a convolution's or linear layer's shape, by which a latency table prices it (0: none):
     # its width (channels; C_in * C_out of a linear layer), the product of its spatial size and
@@ -409,7 +411,7 @@ def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_
                            conv_macs(tactic, n_in, resolution, conv_taps, period),
                            n_in, r, math.prod(conv_taps))
     ops["linear1"] = Operator("linear", float(r * n_in * n_mid), n_in * n_mid, r, 1)
-    ops["bias1"] = Operator("pointwise", float(r * n_mid))
+    ops["bias1"] = Operator("add", float(r * n_mid))
     ops["gelu"] = Operator("pointwise", float(r * n_mid))
     ops["linear2"] = Operator("linear", float(r * n_mid * n_out), n_mid * n_out, r, 1)
     for a, (n, size) in enumerate(zip(resolution, input_size)):
@@ -419,7 +421,7 @@ def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_
             ops[f"up{a}"] = Operator(f"resample.{form}",
                                      float(lines * resample_macs(form, n, size)))
             shape[a] = size
-    ops["residual"] = Operator("pointwise", float(positions * n_out))
+    ops["residual"] = Operator("add", float(positions * n_out))
     if n_out < stream:
         ops["write"] = Operator("copy", float(positions * stream))
     return ops

@@ -1,7 +1,7 @@
 """`python -m export.latency_table`: measure this machine's per-operator latency table.
 
 Every operator kind of :data:`dnarch_deploy.latency.KINDS` is built as the module export lowers
-it to (a 1x1 layer as :func:`export.static.pointwise`, GELU, the convolution tactics of
+it to (a 1x1 layer as :func:`export.static.pointwise`, GELU, an Add, the convolution tactics of
 :mod:`export.tactics`, the resampling forms of :mod:`export.resampling`) on a grid of sizes that
 covers what CCNNs use (1-D lengths 16..4096, 2-D 8x8..64x64, 8..256 channels; each point records
 its number of spatial axes, which the table predicts by), exported to ONNX as export does (batch
@@ -33,8 +33,8 @@ from torch import Tensor, nn
 from dnarch_deploy.cli import add_fields
 from dnarch_deploy.cost import linear_cost, pointwise_cost
 from dnarch_deploy.latency import KINDS, LatencyTable, Point, cache_path, make_header
-from dnarch_deploy.operators import conv_macs, resample_candidates, resample_macs
-from dnarch_deploy.spectral import next_fast_len
+from dnarch_deploy.operators import conv_macs, conv_period, resample_candidates, resample_macs
+from dnarch_deploy.spectral import conv_fft_sizes, next_fast_len
 
 from .emit import to_onnx
 from .resampling import lower_resample
@@ -81,9 +81,11 @@ class Case:
     taps: tuple[int, ...] = ()
     out: int = 0
     axis: int = 0
+    period: tuple[int, ...] = ()  # a periodic kernel's circular lengths (operators.conv_period)
 
     def __str__(self) -> str:
         extra = f" taps={self.taps}" if self.taps else ""
+        extra += f" period={self.period}" if self.period else ""
         if self.out:
             extra = f" ->{self.out}" + (f" on axis {self.axis}" if self.axis else "")
         return f"C={self.channels} S={self.size}{extra}"
@@ -91,7 +93,7 @@ class Case:
 
 class Linear(nn.Module):
     """A 1x1 layer as export's blocks compute it: one Conv node with its bias. (A block's first
-    layer then adds its per-position bias map, an Add priced as ``pointwise``.)"""
+    layer then adds its per-position bias map, an Add priced as ``add``.)"""
 
     def __init__(self, channels: int):
         super().__init__()
@@ -100,6 +102,18 @@ class Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return pointwise(x, self.weight, self.bias)
+
+
+class AddMap(nn.Module):
+    """A block's first-layer bias: a constant (C, *S) map added to every sample (the residual
+    Add of two activations costs the same per element)."""
+
+    def __init__(self, channels: int, size: tuple[int, ...]):
+        super().__init__()
+        self.register_buffer("bias", torch.randn(channels, *size))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.bias
 
 
 class Copy(nn.Module):
@@ -123,10 +137,13 @@ def build(case: Case) -> nn.Module:
         return Linear(case.channels)
     if case.kind == "pointwise":
         return nn.GELU()
+    if case.kind == "add":
+        return AddMap(case.channels, case.size)
     if case.kind == "copy":
         return Copy()
     if family == "conv":
-        return make_conv(form, torch.randn(case.channels, *case.taps), case.size)
+        return make_conv(form, torch.randn(case.channels, *case.taps), case.size,
+                         case.period or None)
     dim = case.axis - len(case.size)
     return lower_resample(Resample(case.out, dim), case.size[case.axis], form)
 
@@ -137,10 +154,10 @@ def macs(case: Case) -> float:
     length = math.prod(case.size)
     if case.kind == "linear":
         return float(linear_cost(length, case.channels, case.channels))
-    if case.kind in ("pointwise", "copy"):
+    if case.kind in ("pointwise", "add", "copy"):
         return float(pointwise_cost(length, case.channels))
     if family == "conv":
-        return conv_macs(form, case.channels, case.size, case.taps)
+        return conv_macs(form, case.channels, case.size, case.taps, case.period or None)
     lines = case.channels * length // case.size[case.axis]
     return float(lines * resample_macs(form, case.size[case.axis], case.out))
 
@@ -169,6 +186,7 @@ def grid(quick: bool = False) -> dict[str, list[Case]]:
         for s in sizes:
             cases["linear"].append(Case("linear", c, s))
             cases["pointwise"].append(Case("pointwise", c, s))
+            cases["add"].append(Case("add", c, s))
             cases["copy"].append(Case("copy", c, s))
             short = tuple(min(9, t) for t in global_taps(s))
             for taps in dict.fromkeys((global_taps(s), short)):
@@ -177,6 +195,14 @@ def grid(quick: bool = False) -> dict[str, list[Case]]:
             kernel = torch.zeros(c, *global_taps(s))
             for form in distinct_tactics(kernel, s, ("dense", "matmul", "dft", "multistep")):
                 cases[f"conv.{form}"].append(Case(f"conv.{form}", c, s, taps=global_taps(s)))
+            # a full-resolution block's kernel with its resolution mask folded in: 2 S - 1 taps,
+            # periodic in the training's FFT length, run circularly there by the MatMul FFTs
+            folded = tuple(2 * n - 1 for n in s)
+            period = conv_period(s, folded, tuple(conv_fft_sizes(s, global_taps(s))))
+            periodic = torch.zeros(c, *folded)
+            for form in distinct_tactics(periodic, s, ("matmul", "multistep"), period):
+                cases[f"conv.{form}"].append(Case(f"conv.{form}", c, s, taps=folded,
+                                                  period=period))
             if len(s) == 2:  # an image's axes (up to 128 stay dense)
                 cases["resample.dense"] += [Case("resample.dense", c, s, out=s[a] // 2, axis=a)
                                             for a in (0, 1)]

@@ -109,8 +109,8 @@ class SearchConfig:
         "--lam 0, no budget, among all): the latest round whose validation metric, averaged over "
         "its last 5 rounds, is within one standard error of the best such average")
     # MACs by default: machine-independent and exact for the lowered network (the figure export
-    # reports); predicted milliseconds come from a per-operator table keyed by MACs only, which
-    # misses shape effects (docs/export.md) and is measured on one machine.
+    # reports); predicted milliseconds come from a per-operator table measured on one machine,
+    # which misses what onnxruntime fuses across operators (docs/export.md, "Latency table").
     cost: str = _f("macs", "what the budget counts: macs (multiply-accumulates of the deployed "
                    "network) or latency (its onnxruntime milliseconds, predicted per operator "
                    "from a latency table: python -m export.latency_table)")

@@ -134,7 +134,8 @@ def test_gradient_is_finite_at_zero_macs():
 
 
 def test_unknown_kind_names_it_and_the_known_ones():
-    with pytest.raises(ValueError, match=r"'conv\.fft'.*linear, pointwise, copy, conv\.direct"):
+    with pytest.raises(ValueError,
+                       match=r"'conv\.fft'.*linear, pointwise, add, copy, conv\.direct"):
         table().predict_ms("conv.fft", 1e4, 1)
 
 
@@ -198,20 +199,36 @@ def test_a_convolution_of_a_measured_shape_costs_its_time_per_mac_there():
 
 
 def test_between_measured_shapes_the_time_per_mac_is_log_linear():
-    """Half-way in log positions (64 of 16..256), and at each measured length log-linear in
-    taps between its kernels: a weighted geometric mean of the corners' times per MAC."""
+    """Half-way in log positions (64 of 16..256), and at each measured length log-linear in taps
+    per position between its kernels: a weighted geometric mean of the corners' times per MAC."""
     rate = {(16, 9): 1.0, (16, 15): 2.0, (256, 9): 4.0, (256, 255): 8.0}
     t = shaped(lambda n, taps, c: 1e-6 * rate[n, taps])
-    # 15 taps: at 16 positions the global kernel's corner, at 256 positions log(15 / 9) /
-    # log(255 / 9) of the way from 9 taps to 255
-    w = math.log(15 / 9) / math.log(255 / 9)
+    # 15 taps on 64 positions, 0.23 per position: at 16 positions below the shortest kernel's
+    # 9 / 16 (its corner alone), at 256 between 9 / 256 and 255 / 256
+    q = 15 / 64
+    w = math.log(q / (9 / 256)) / math.log((255 / 256) / (9 / 256))
     at_256 = 4.0 ** (1 - w) * 8.0 ** w
-    want = math.sqrt(2.0 * at_256) * 1e-6
+    want = math.sqrt(1.0 * at_256) * 1e-6
     macs = 32 * 64 * 15
     assert t.predict_ms("conv.direct", macs, 1, shape=(32, 64, 15)) == pytest.approx(want * macs)
     # outside the measured lengths and kernels: the nearest
-    assert t.predict_ms("conv.direct", 100.0, 1, shape=(32, 4, 3)) == pytest.approx(1e-4)
-    assert t.predict_ms("conv.direct", 100.0, 1, shape=(32, 4096, 4095)) == pytest.approx(8e-4)
+    assert t.predict_ms("conv.direct", 100.0, 1, shape=(32, 4, 1)) == pytest.approx(1e-4)
+    assert t.predict_ms("conv.direct", 100.0, 1, shape=(32, 4096, 8191)) == pytest.approx(8e-4)
+
+
+def test_a_periodic_kernel_is_told_from_a_global_one_by_its_taps_per_position():
+    """A folded 2 S - 1-tap kernel on 150 positions reads the folded kernels' corners (taps per
+    position about 2), not the global ones', though 299 taps lie between 255 and 511."""
+    pts = {k: [Point(m, power(m)) for m in KNOTS] for k in KINDS}
+    pts["conv.matmul"] = [Point(c * n * 10.0, r * c * n * 10.0, width=c, positions=n, taps=t)
+                          for n in (64, 256) for t, r in ((n - 1, 1e-6), (2 * n - 1, 2e-6))
+                          for c in (8, 32)]
+    t = LatencyTable(header={}, points={1: pts})
+    macs = 32 * 150 * 10.0
+    assert t.predict_ms("conv.matmul", macs, 1, shape=(32, 150, 299)) == pytest.approx(
+        2e-6 * macs, rel=0.01)
+    assert t.predict_ms("conv.matmul", macs, 1, shape=(32, 150, 149)) == pytest.approx(
+        1e-6 * macs, rel=0.01)
 
 
 def test_a_shapes_channel_count_reads_its_curve_at_that_many_channels():
@@ -331,7 +348,7 @@ def test_no_cached_table_is_quiet_when_the_bundled_one_was_measured_here(cache, 
 
 
 def damaged(path: Path) -> None:
-    path.write_text('{"schema": "dnarch-deploy/latency-table/3", "header": {')
+    path.write_text('{"schema": "dnarch-deploy/latency-table/4", "header": {')
 
 
 def wrong_schema(path: Path) -> None:

@@ -22,12 +22,16 @@ def test_the_grid_covers_what_ccnns_use():
     assert list(per_kind) == list(KINDS) and all(len(cs) >= 9 for cs in per_kind.values())
     cases = [c for cs in per_kind.values() for c in cs]
     assert all(c.kind == k for k, cs in per_kind.items() for c in cs)
-    for kind in ("linear", "pointwise", "conv.direct", "conv.matmul", "conv.dft"):
+    for kind in ("linear", "pointwise", "add", "conv.direct", "conv.matmul", "conv.dft"):
         sizes = {c.size for c in per_kind[kind]}
         assert {(16,), (4096,), (8, 8), (64, 64)} <= sizes, kind
     for kind in ("conv.multistep", "resample.dense", "resample.factored", "resample.split"):
         assert {(4096,)} <= {c.size for c in per_kind[kind]}, kind
     assert {c.channels for c in cases} == {8, 16, 32, 64, 256}  # 32: the base CCNN_{4,32}'s
+    # a resolution mask's folded kernel: 2 S - 1 taps, circular at the training's FFT length
+    folded = [c for c in per_kind["conv.matmul"] if c.period]
+    assert {(c.size, c.taps, c.period) for c in folded} >= {((16,), (31,), (24,)),
+                                                          ((256,), (511,), (384,))}
     # an image's resampling along each of its axes (the first one is the slow one)
     images = [c for c in per_kind["resample.dense"] if len(c.size) == 2]
     assert {c.axis for c in images} == {0, 1} and (8, 8) in {c.size for c in images}
@@ -49,9 +53,7 @@ def test_quick_writes_this_machines_table_to_the_cache(capsys, recwarn):
     for k in KINDS:
         for p in table.points[1][k]:
             if k.startswith("conv."):
-                assert p.shape.startswith(f"C={p.width} S=({p.positions},)"), p
-                assert p.taps == (15 if "taps=(15,)" in p.shape else 9 if "taps=(9,)" in p.shape
-                                  else 255), p
+                assert p.shape.startswith(f"C={p.width} S=({p.positions},) taps=({p.taps},)"), p
             elif k == "linear":
                 assert p.shape == f"C={round(p.width**0.5)} S=({p.positions},)" and p.taps == 1
             else:
