@@ -244,13 +244,20 @@ class Identity(nn.Module):
         return x.clone()  # a graph needs a node: one Identity
 
 
+# timed calls of the fixed cost: it is subtracted from every point, so its noise is every small
+# point's (a median of 10 calls of 7 us moved it by 2.4 us between two tables, a third of it)
+OVERHEAD_CALLS = 2000
+
+
 def call_overhead(threads: int, batches: list[int], quick: bool = False) -> dict[str, float]:
     """Per batch, the median ms of a session call that runs one Identity node on a (batch, 1)
-    input: the fixed cost every point's call includes and a network's call includes once."""
+    input (OVERHEAD_CALLS calls in 4 rounds): the fixed cost every point's call includes and a
+    network's call includes once."""
     model = to_onnx(Identity(), (torch.randn(2, 1),))
     sess = session(model, threads)
-    return {str(b): float(f"{median_ms(runner(sess, random_feeds(model, b)), quick):.4g}")
-            for b in batches}
+    calls = 20 if quick else OVERHEAD_CALLS
+    timed = {b: measure([runner(sess, random_feeds(model, b))], calls)[0] for b in batches}
+    return {str(b): float(f"{t['median_ms']:.4g}") for b, t in timed.items()}
 
 
 def operator_ms(measured: float, overhead: float) -> float:
