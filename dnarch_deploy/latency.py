@@ -24,7 +24,7 @@ of a call: ``header["overhead_ms"]`` (per batch, optional) is the median time of
 running one Identity node, subtracted from every point when measured (at most 90 % of a point)
 and priced once per network (:meth:`LatencyTable.overhead`). Each point is its own session
 call, and a network of 20 operators is one call: without the subtraction the table prices 20
-calls' fixed cost (the bundled table's: 6.9 us at batch 1, more than most operators of a small
+calls' fixed cost (the bundled table's: 5.1 us at batch 1, more than most operators of a small
 network take).
 
 Prediction (:meth:`LatencyTable.predict_ms`): piecewise-linear in log(MACs)-log(ms) through the
@@ -261,7 +261,7 @@ class LatencyTable:
     points: dict[int, dict[str, list[Point]]]
     source: str = "<memory>"  # the file it was read from, for messages
     _curves: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    # (batch, kind, dims) -> {positions: {taps: curve}}, for kinds whose points record a shape
+    # (batch, kind, dims) -> _shape_grid, for the kinds whose points there all record a shape
     _shapes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
