@@ -263,6 +263,9 @@ class LatencyTable:
     _curves: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # (batch, kind, dims) -> _shape_grid, for the kinds whose points there all record a shape
     _shapes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # (batch, kind, dims, width, positions, taps) -> log ms per MAC: the search prices the same
+    # few shapes at every step
+    _rates: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for batch, kinds in self.points.items():
@@ -316,8 +319,11 @@ class LatencyTable:
                 *(torch.as_tensor(v, dtype=torch.float64, device=m.device) for v in shape), m), -1)
             for c, p, t in {tuple(q) for q in shapes[..., :3].reshape(-1, 3).tolist()
                             if min(q) > 0}:
+                key = (near, kind, dims, c, p, t)
+                if key not in self._rates:
+                    self._rates[key] = _log_ms_per_mac(grid, c, p, t)
                 here = (shapes[..., :3] == shapes.new_tensor([c, p, t])).all(-1)
-                log_ms = torch.where(here, log_m + _log_ms_per_mac(grid, c, p, t), log_ms)
+                log_ms = torch.where(here, log_m + self._rates[key], log_ms)
         ms = torch.where(positive, torch.exp(log_ms) * (batch / near), 0.0)
         return ms if isinstance(macs, Tensor) else float(ms)
 
