@@ -7,7 +7,9 @@ random DNArch architectures (depth, widths, resolution and kernel per block), ex
 ``python -m export.onnx --no-tune`` lowers it (the lowering the cost model prices), and measures
 them in onnxruntime beside the base CCNN_{4,32} of that shape, all in turns in one session per
 batch. It reports, per shape and batch, predicted/measured milliseconds (the table's absolute
-error) and the ratio to the base, predicted against measured (what a budget relies on).
+error) and the ratio to the base, predicted against measured (what a budget relies on); then,
+per sequence length, the one convolution the random networks rarely have, timed alone: a
+full-resolution block's kernel with its resolution mask folded in.
 
     python benchmarks/latency_prediction.py --networks 8
     python benchmarks/latency_prediction.py --table /path/to/table.json --shapes 150 8x8
@@ -34,8 +36,10 @@ from dnarch_deploy import DNArch, ModelConfig
 from dnarch_deploy import masks as M
 from dnarch_deploy.cost import Units, architecture_cost
 from dnarch_deploy.latency import LatencyTable, cpu_model, load_table
+from dnarch_deploy.operators import conv_by_cost
 from export.calibration import calibrate
 from export.emit import to_onnx
+from export.latency_table import Case, build, folded_kernel, macs, point_shape
 from export.lowering import lower
 from export.pipeline import ExportOptions
 from export.policy import choose_lowering
@@ -157,7 +161,34 @@ def main(argv: list[str] | None = None) -> int:
                 f" ({min(err[1:]):.2f}-{max(err[1:]):.2f}) | {statistics.median(ratio):.2f} "
                 f"({min(ratio):.2f}-{max(ratio):.2f}) | {min(rel):.2f}-{max(rel):.2f} |")
     bar.close()
+    folded_table(opt, table)
     return 0
+
+
+def folded_table(opt: argparse.Namespace, table: LatencyTable) -> None:
+    """The one convolution random networks rarely have, alone: a full-resolution block's kernel
+    with its resolution mask folded in (2 S - 1 taps, circular at the training's FFT length), 32
+    channels, lowered as export --no-tune lowers it, per sequence length of --shapes."""
+    lengths = [s for s in opt.shapes if len(s) == 1]
+    if not lengths:
+        return
+    print("\nThe folded kernel of a full-resolution block with R learned, alone (32 channels, "
+          "the tactic by cost; predicted: the table's ms plus its fixed cost of a call):\n")
+    print("| length | circular at | tactic | batch | measured ms | predicted ms | pred/meas |")
+    print("|---|---|---|---|---|---|---|")
+    for size in lengths:
+        taps, period = folded_kernel(size)
+        tactic = conv_by_cost(32, size, taps, period)
+        case = Case(f"conv.{tactic}", 32, size, taps=taps, period=period)
+        graph = to_onnx(build(case).eval(), (torch.randn(2, 32, *size),))
+        for b in opt.batch:
+            x = torch.randn(b, 32, *size).numpy()
+            meas = measure([runner(session(graph, opt.threads), {graph.graph.input[0].name: x})],
+                           opt.repeats)[0]["median_ms"]
+            pred = table.predict_ms(case.kind, macs(case), b, 1, None, point_shape(case))
+            pred += table.overhead(b)
+            print(f"| {size[0]} | {period[0]} | {tactic} | {b} | {meas:.4f} | {pred:.4f} | "
+                  f"{pred / meas:.2f} |")
 
 
 if __name__ == "__main__":

@@ -130,6 +130,14 @@ def global_taps(size: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(s if s % 2 else s - 1 for s in size)
 
 
+def folded_kernel(size: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(taps, period) of a full-resolution block's kernel with its resolution mask folded in:
+    2 S - 1 taps, periodic in the training's FFT length (of a global kernel), which the MatMul
+    FFTs run circularly (operators.conv_period)."""
+    taps = tuple(2 * n - 1 for n in size)
+    return taps, conv_period(size, taps, tuple(conv_fft_sizes(size, global_taps(size))))
+
+
 def build(case: Case) -> nn.Module:
     """The module export lowers ``case`` to."""
     family, _, form = case.kind.partition(".")
@@ -195,10 +203,7 @@ def grid(quick: bool = False) -> dict[str, list[Case]]:
             kernel = torch.zeros(c, *global_taps(s))
             for form in distinct_tactics(kernel, s, ("dense", "matmul", "dft", "multistep")):
                 cases[f"conv.{form}"].append(Case(f"conv.{form}", c, s, taps=global_taps(s)))
-            # a full-resolution block's kernel with its resolution mask folded in: 2 S - 1 taps,
-            # periodic in the training's FFT length, run circularly there by the MatMul FFTs
-            folded = tuple(2 * n - 1 for n in s)
-            period = conv_period(s, folded, tuple(conv_fft_sizes(s, global_taps(s))))
+            folded, period = folded_kernel(s)
             periodic = torch.zeros(c, *folded)
             for form in distinct_tactics(periodic, s, ("matmul", "multistep"), period):
                 cases[f"conv.{form}"].append(Case(f"conv.{form}", c, s, taps=folded,

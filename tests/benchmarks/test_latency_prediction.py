@@ -36,6 +36,12 @@ def test_one_row_per_shape_and_batch():
         assert all(v > 0 for v in values)
         _, _, error, lo, hi, ratio, r_lo, r_hi, m_lo, m_hi = values
         assert lo <= error <= hi and r_lo <= ratio <= r_hi and m_lo <= m_hi
+    # the folded kernel alone, per sequence length and batch: 2 x 32 - 1 taps, circular at 48
+    folded = re.findall(rf"^\| 32 \| 48 \| (\w+) \| (\d+) \| {num} \| {num} \| {num} \|$",
+                        out, re.M)
+    assert [(t, b) for t, b, *_ in folded] == [("matmul", "1"), ("matmul", "2")]
+    for *_, meas, pred, ratio in folded:
+        assert float(ratio) == pytest.approx(float(pred) / float(meas), abs=0.006)
 
 
 @pytest.mark.parametrize("args, says", [
