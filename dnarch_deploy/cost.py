@@ -25,6 +25,7 @@ shape in the masks' continuous sizes (:func:`_proxies`), scaled to the value.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +71,38 @@ class Units:
 
 
 MACS = Units()
+
+
+@dataclass(frozen=True)
+class BatchBlend:
+    """Predicted milliseconds at several batch sizes as one cost (``--cost latency`` at batches 1
+    and 32, the default): the weighted sum of each batch's milliseconds, weighted by the base
+    network's, so that a network's cost over the base's is the mean of its per-batch ratios. A
+    small network's time is mostly fixed costs at batch 1 and mostly arithmetic at 32 (found
+    GunPoint networks ran at 0.2 of the base at batch 1 and 0.09 at 32), and a budget priced at
+    one batch holds only there. It reads as milliseconds at the first batch (the base's cost is
+    its time there). Built by :func:`latency_units`."""
+
+    parts: tuple[tuple[Units, float], ...]  # (one batch's units, its weight)
+    name = "ms"
+
+    def of(self, *args, **kwargs) -> Size:
+        """:meth:`Units.of`, blended."""
+        return sum(w * u.of(*args, **kwargs) for u, w in self.parts)
+
+    @property
+    def per_call(self) -> float:
+        return sum(w * u.per_call for u, w in self.parts)
+
+
+def latency_units(table: LatencyTable, batches: Sequence[int], config) -> Units | BatchBlend:
+    """Predicted milliseconds at ``batches``: at one, :class:`Units`; at several, their
+    :class:`BatchBlend`, weighted by the base network of ``config`` (:func:`base_cost`)."""
+    singles = [Units(table, b) for b in dict.fromkeys(batches)]
+    if len(singles) == 1:
+        return singles[0]
+    base = [base_cost(config, u) for u in singles]
+    return BatchBlend(tuple((u, base[0] / (len(singles) * c)) for u, c in zip(singles, base)))
 
 # the kinds of the encoder's and decoder's terms (dnarch_deploy.operators names the blocks')
 EDGE_KINDS = {"linear": "linear", "gelu": "pointwise", "pool": "pointwise"}
@@ -258,7 +291,8 @@ def _proxies(name: str, kinds: list[str], z: dict, input_size) -> Tensor:
     return lines * torch.where(dense_kind, m, n * torch.log2(n))
 
 
-def model_cost(model: DNArch, plan: Plan | None = None, units: Units = MACS) -> dict:
+def model_cost(model: DNArch, plan: Plan | None = None,
+               units: Units | BatchBlend = MACS) -> dict:
     """Differentiable cost of the network the masks describe: in value, the lowered MACs of
     exactly the network that runs and is exported (``total`` == :func:`architecture_cost` of
     :func:`~dnarch_deploy.describe`); in gradient, each operator's smooth formula
@@ -308,7 +342,7 @@ def _axis(name: str) -> int | None:
     return int(name[-1]) if name.startswith(("down", "up")) else None
 
 
-def _edge(terms: dict, units: Units, dims: int) -> dict:
+def _edge(terms: dict, units: Units | BatchBlend, dims: int) -> dict:
     """The encoder's or decoder's terms in ``units``."""
     return {name: units.of(EDGE_KINDS[name], macs, dims) for name, macs in terms.items()}
 
@@ -325,7 +359,7 @@ def model_params(model: DNArch, plan: Plan | None = None) -> Tensor:
                           block_weights=z["weights"], heads=decoder_heads(c.pooling))
 
 
-def base_cost(config, units: Units = MACS) -> float:
+def base_cost(config, units: Units | BatchBlend = MACS) -> float:
     """The cost of the base network CCNN_{D,H} a config describes (full resolution, global
     kernels, no masks): the default C_target."""
     size, H = tuple(config.input_size), config.width
@@ -335,7 +369,7 @@ def base_cost(config, units: Units = MACS) -> float:
                        config.pooling, H, [ops] * config.depth, units).values()) + units.per_call
 
 
-def cost_range(config, units: Units = MACS) -> tuple[float, float]:
+def cost_range(config, units: Units | BatchBlend = MACS) -> tuple[float, float]:
     """(cheapest, dearest): the cost of the smallest and the largest network the search space of
     ``config`` (its ``learn``) can materialise. Every mask but the resolution's is at the end of
     its clamping range (appendix E), where the cost is extreme; the resolution's cost is not
@@ -390,8 +424,8 @@ def architecture_operators(arch) -> list[dict[str, Operator]]:
             for b in arch.blocks]
 
 
-def _layers(size, in_channels, out_channels, pooling, stream, operators, units: Units
-            ) -> dict[str, float]:
+def _layers(size, in_channels, out_channels, pooling, stream, operators,
+            units: Units | BatchBlend) -> dict[str, float]:
     """Per layer (``encoder``, ``blocks.0`` ..., ``decoder``), a frozen network's cost."""
     length, dims = float(math.prod(size)), len(size)
 
@@ -407,7 +441,7 @@ def _layers(size, in_channels, out_channels, pooling, stream, operators, units: 
     }
 
 
-def layer_costs(arch, units: Units = MACS) -> dict[str, float]:
+def layer_costs(arch, units: Units | BatchBlend = MACS) -> dict[str, float]:
     """The cost of a frozen architecture per layer, named as export names them: ``encoder``,
     ``blocks.0`` ... (the blocks in use, in order), ``decoder``; the values plus the call's
     fixed cost (``units.per_call``) sum to :func:`architecture_cost`."""
@@ -416,7 +450,7 @@ def layer_costs(arch, units: Units = MACS) -> dict[str, float]:
                    architecture_operators(arch), units)
 
 
-def architecture_cost(arch, units: Units = MACS) -> float:
+def architecture_cost(arch, units: Units | BatchBlend = MACS) -> float:
     """The cost of a frozen :class:`~dnarch_deploy.architecture.Architecture` (discrete sizes):
     the theoretical figure of a found network, in MACs per sample (or ``units``)."""
     return sum(layer_costs(arch, units).values()) + units.per_call

@@ -81,6 +81,7 @@ import os
 import platform
 import sys
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -108,6 +109,10 @@ KINDS = ("linear", "pointwise", "add", "copy", *(f"conv.{t}" for t in CONV_TACTI
          *(f"resample.{f}" for f in RESAMPLE_FORMS))
 BUNDLED = Path(__file__).parent / "data" / "latency_default.json"
 VERSIONED = ("onnxruntime", "torch", "onnx")  # the packages whose versions a table records
+# The batches a deployment is judged at when the user names none: a small and a large one. The
+# table measures both, export tunes its tactics for both and measures both, and a --cost latency
+# budget prices both (dnarch_deploy.cost.latency_units).
+DEFAULT_BATCHES = (1, 32)
 
 
 class LatencyTableWarning(UserWarning):
@@ -429,13 +434,13 @@ def _point(p: object, where: str) -> Point:
 
 
 def load_table(path: str | Path | None = None, threads: int = 1,
-               batch: int | None = None) -> LatencyTable:
+               batches: Sequence[int] = ()) -> LatencyTable:
     """The latency table to price operators with: ``path``, else this machine's cached table for
     ``threads`` (:func:`cache_path`), else the bundled default. A table that is unreadable or
     was measured elsewhere (another machine, versions or threads) is replaced by the bundled
     one, with a :class:`LatencyTableWarning` naming it and what differs (module docstring).
-    ``batch``: the batch the caller will predict at; a warning if the table did not measure it
-    (it is then scaled from the nearest measured batch)."""
+    ``batches``: the batches the caller will predict at; a warning for each the table did not
+    measure (it is then scaled from the nearest measured batch)."""
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     cached = cache_path(threads)
@@ -454,7 +459,7 @@ def load_table(path: str | Path | None = None, threads: int = 1,
         else:
             diffs = table.differences(threads)
             if not diffs:
-                return _check_batch(table, batch)
+                return _check_batches(table, batches)
             problem = f"latency table {path} was measured elsewhere: {'; '.join(diffs)}"
             quiet = False
     table = LatencyTable.load(BUNDLED)  # a broken bundled table is a packaging bug: raise
@@ -463,12 +468,13 @@ def load_table(path: str | Path | None = None, threads: int = 1,
         where = f", measured on {table.header['cpu']} ({'; '.join(diffs)})" if diffs else ""
         warnings.warn(f"{problem}; using the bundled table {BUNDLED}{where}", LatencyTableWarning,
                       stacklevel=2)
-    return _check_batch(table, batch)
+    return _check_batches(table, batches)
 
 
-def _check_batch(table: LatencyTable, batch: int | None) -> LatencyTable:
-    if batch is not None and batch not in table.points:
-        warnings.warn(f"latency table {table.source} measured batches {table.batches}, not "
-                      f"{batch}: its milliseconds are scaled from the nearest",
-                      LatencyTableWarning, stacklevel=3)
+def _check_batches(table: LatencyTable, batches: Sequence[int]) -> LatencyTable:
+    for batch in batches:
+        if batch not in table.points:
+            warnings.warn(f"latency table {table.source} measured batches {table.batches}, not "
+                          f"{batch}: its milliseconds are scaled from the nearest",
+                          LatencyTableWarning, stacklevel=3)
     return table

@@ -32,7 +32,14 @@ from torch import Tensor, nn
 
 from dnarch_deploy.cli import add_fields
 from dnarch_deploy.cost import linear_cost, pointwise_cost
-from dnarch_deploy.latency import KINDS, LatencyTable, Point, cache_path, make_header
+from dnarch_deploy.latency import (
+    DEFAULT_BATCHES,
+    KINDS,
+    LatencyTable,
+    Point,
+    cache_path,
+    make_header,
+)
 from dnarch_deploy.operators import conv_macs, conv_period, resample_candidates, resample_macs
 from dnarch_deploy.spectral import conv_fft_sizes, next_fast_len
 
@@ -43,7 +50,6 @@ from .tactics import distinct_tactics, make_conv
 from .timing import layer_boundaries, layers, measure, progress, random_feeds, runner, session
 from .timing import sub_model as cut
 
-DEFAULT_BATCHES = (1, 32)
 # Larger calls add minutes and little information: there time grows in proportion to MACs, which
 # is how the table extrapolates. About 30 ms at 10 GMAC/s.
 MAX_CALL_MACS = 3e8

@@ -28,6 +28,7 @@ import torch
 
 from dnarch_deploy import DNArch
 from dnarch_deploy.io import atomic_write_text, process_alive
+from dnarch_deploy.latency import DEFAULT_BATCHES
 from dnarch_deploy.rundir import EXPORT, RunError, check_data, load_run
 
 from .artifacts import (
@@ -56,8 +57,6 @@ from .verify import (
     equivalence,
     op_counts,
 )
-
-DEFAULT_BATCHES = (1, 32)  # a small and a large batch: tuned for both, both measured
 
 
 class ExportError(RuntimeError):

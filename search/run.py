@@ -122,7 +122,7 @@ def unreachable_budget(cfg: SearchConfig, mcfg, budget: float) -> str | None:
 
     if mcfg.learn == "none":  # nothing is searched: the budget only labels the base
         return None
-    units = cfg.cost_units()
+    units = cfg.cost_units(mcfg)
     base = base_cost(mcfg, units)
     low, high = (c / base for c in cost_range(mcfg, units))
     if low * (1 - 1e-9) <= budget <= high * (1 + 1e-9):

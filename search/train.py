@@ -366,7 +366,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     model = DNArch(mcfg).to(device)
     if world.size > 1:
         distributed.sync_batchnorm(model)
-    units = cfg.cost_units()
+    units = cfg.cost_units(mcfg)
     target = cfg.budget * base_cost(mcfg, units)
     with torch.no_grad():  # the masks' initial values are fixed: so is this, on resume too
         start = float(model_cost(model, units=units)["total"])
@@ -533,7 +533,7 @@ def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: f
     checkpoint.load_weights_into(model, run_dir / R.BEST_WEIGHTS)
     arch = describe(model, epoch=best_epoch)
     test_loss, test_metric = evaluate(model, test_set, task, cfg.eval_batch_size)
-    units = cfg.cost_units()
+    units = cfg.cost_units(model.config)
     ratio = complexity_ratio(model, target, units)
     arch.save(run_dir / R.ARCHITECTURE)
     summary = {
@@ -559,12 +559,13 @@ def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: f
 
 def write_config(cfg: SearchConfig, run_dir: Path, task, device: str, world_size: int) -> None:
     mcfg = model_config(cfg, task)
+    units = cfg.cost_units(mcfg)
     write_json(run_dir / R.CONFIG, {
         "schema": R.RUN_SCHEMA, "version": R.RUN_VERSION, "task": cfg.task,
         "task_options": cfg.task_options(), "seed": cfg.seed, "model": mcfg.to_dict(),
         "train": cfg.to_dict(), "in_effect": in_effect(cfg, task),
         "device": device, "world_size": world_size,
         "base_macs": base_cost(mcfg), "target_macs": cfg.budget * base_cost(mcfg),
-        "cost_unit": cfg.cost_units().name, "base_cost": base_cost(mcfg, cfg.cost_units()),
+        "cost_unit": units.name, "base_cost": base_cost(mcfg, units),
         "data": R.data_fingerprint(task), "versions": versions(), "command": sys.argv,
     })

@@ -346,6 +346,34 @@ def test_the_base_in_milliseconds_is_the_table_at_the_base_sizes():
     assert base_cost(c, Units(table, 32)) > base_cost(c, Units(table, 1))
 
 
+@pytest.mark.parametrize("case", [CONFIGS["1d-classify"], CONFIGS["2d-dense"]], ids=["1d", "2d"])
+def test_a_blend_of_batches_is_the_mean_of_the_per_batch_ratios(case):
+    """--cost latency at batches 1 and 32: a network's cost over the base's is the mean of its
+    predicted per-batch ratios, the base costs its batch-1 milliseconds, and the search's
+    differentiable cost equals the frozen architecture's."""
+    from dnarch_deploy.cost import Units, latency_units
+    from dnarch_deploy.latency import load_table
+
+    table = load_table()
+    model = tiny_model(0, learn="KRWD", **case)
+    set_mask_state(model, "random", 1)
+    found, c = describe(model), model.config
+    one, large = Units(table, 1), Units(table, 32)
+    blend = latency_units(table, (1, 32), c)
+    ratios = [architecture_cost(found, u) / base_cost(c, u) for u in (one, large)]
+    assert ratios[0] != pytest.approx(ratios[1], rel=1e-3)  # the batches price it differently
+    assert base_cost(c, blend) == pytest.approx(base_cost(c, one), rel=1e-12)
+    assert architecture_cost(found, blend) / base_cost(c, blend) == pytest.approx(
+        sum(ratios) / 2, rel=1e-12)
+    cost = model_cost(model, units=blend)
+    assert float(cost["total"].detach()) == pytest.approx(architecture_cost(found, blend),
+                                                          rel=1e-9)
+    cost["total"].backward()
+    assert any(float(p.grad.abs().sum()) > 0 for p in model.mask_parameters())
+    # one batch (or one named twice) is that batch's units
+    assert latency_units(table, (32, 32), c) == large
+
+
 def test_the_fixed_cost_of_a_call_is_priced_once_per_network():
     """A table that measured a call's fixed cost adds it once to every network's figure (the
     search's, the frozen architecture's and the base's); MACs have none."""

@@ -61,7 +61,7 @@ def test_quick_writes_this_machines_table_to_the_cache(capsys, recwarn):
     # the fixed cost of a call, measured per batch and taken off every point
     assert set(table.header["overhead_ms"]) == {"1", "3"}
     assert all(0 < v < 1 for v in table.header["overhead_ms"].values())
-    assert load_table(threads=1, batch=3).points == table.points  # found, quietly
+    assert load_table(threads=1, batches=(1, 3)).points == table.points  # found, quietly
     assert not [w for w in recwarn.list if issubclass(w.category, L.LatencyTableWarning)]
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
 

@@ -471,7 +471,8 @@ def test_max_params_is_a_second_constraint_the_result_meets(tmp_path):
 
 def test_cost_latency_budgets_predicted_milliseconds(tmp_path):
     """--cost latency: the budget counts the table's predicted milliseconds of the deployed
-    network; summary.json says which unit, and its ratio is the found network's predicted ms
+    network, by default at batches 1 and 32 blended (a cost over the base's is the mean of the
+    per-batch ratios); summary.json says which unit, and its ratio is the found network's cost
     over the target. A table that cannot be read warns, naming it, and the bundled one is used."""
     from dnarch_deploy.cost import Units, base_cost
     from dnarch_deploy.latency import load_table
@@ -479,18 +480,35 @@ def test_cost_latency_budgets_predicted_milliseconds(tmp_path):
     out = tmp_path / "latency"
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
-    proc = run_search(*TINY, "--cost", "latency", "--latency-batch", "32", "--budget", "0.5",
+    proc = run_search(*TINY, "--cost", "latency", "--budget", "0.5",
                       "--latency-table", str(broken), "--out", str(out))
     assert f"warning: latency table {broken} cannot be used" in proc.stderr  # one line
     summary, config = R.read_summary(out), json.loads((out / R.CONFIG).read_text())
-    units = Units(load_table(), batch=32)
-    base = base_cost(ModelConfig(**config["model"]), units)
+    assert config["train"]["latency_batch"] == [1, 32]
+    mcfg = ModelConfig(**config["model"])
+    one, large = Units(load_table(), batch=1), Units(load_table(), batch=32)
     assert summary["cost_unit"] == "ms" and config["cost_unit"] == "ms"
-    assert summary["target"] == pytest.approx(0.5 * base, rel=1e-9)
+    assert summary["target"] == pytest.approx(0.5 * base_cost(mcfg, one), rel=1e-9)
     found = R.read_architecture(out)
-    assert summary["complexity_ratio"] == pytest.approx(
-        architecture_cost(found, units) / summary["target"], rel=1e-6)
+    mean_ratio = sum(architecture_cost(found, u) / base_cost(mcfg, u) for u in (one, large)) / 2
+    assert summary["complexity_ratio"] == pytest.approx(mean_ratio / 0.5, rel=1e-6)
     assert summary["macs"] == architecture_cost(found)  # MACs are still reported
+
+
+def test_a_run_saved_with_one_latency_batch_reads_as_that_batch():
+    """config.json of runs made when --latency-batch took one number: resume reads it as a
+    list of that one batch (it was priced there), not as the new default."""
+    assert SearchConfig(latency_batch=32).latency_batch == [32]
+    assert SearchConfig().latency_batch == [1, 32]
+    assert SearchConfig(latency_batch=[32, 1, 32]).latency_batch == [32, 1]
+
+
+def test_latency_batch_must_be_positive(tmp_path):
+    proc = run_search(*TINY, "--cost", "latency", "--latency-batch", "1", "--latency-batch", "0",
+                      "--out", str(tmp_path / "x"), check=False)
+    assert proc.returncode == 2
+    assert "every --latency-batch must be >= 1, got [1, 0]" in proc.stderr
+    assert not (tmp_path / "x").exists()
 
 
 def test_cost_must_be_macs_or_latency(tmp_path):
