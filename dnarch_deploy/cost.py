@@ -105,7 +105,7 @@ def latency_units(table: LatencyTable, batches: Sequence[int], config) -> Units 
     return BatchBlend(tuple((u, base[0] / (len(singles) * c)) for u, c in zip(singles, base)))
 
 # the kinds of the encoder's and decoder's terms (dnarch_deploy.operators names the blocks')
-EDGE_KINDS = {"linear": "linear", "gelu": "pointwise", "pool": "pointwise"}
+EDGE_KINDS = {"linear": "linear", "gelu": "pointwise", "pool": "add"}
 
 
 def linear_cost(length: Size, n_in: Size, n_out: Size) -> Size:

@@ -63,6 +63,14 @@ kernel's four-step FFT) apart at any length.
 Points without a shape (files measured before it was recorded, and the other kinds) and
 operators that state none are priced by MACs alone.
 
+onnxruntime runs a direct (grouped) convolution in its NCHWc layout, on blocks of channels: 8 or
+16 on x86 (AVX2, AVX-512). A convolution of 33 or 40 channels then runs as 48 on a 16-channel
+machine, at 1.5x the time of 32 (the base CCNN_{4,32} on 150 samples at width 35: 1.4x its time
+at 32, at 1.2x its MACs), and the grid's widths, multiples of 8, never show it. The table records
+the block it measured (``header["channel_block"]``, :func:`export.latency_table.channel_block`;
+1 when absent), and a ``conv.direct`` operator that states its shape is priced at its width
+rounded up to it: MACs and width of the padded channels.
+
 Which table (:func:`load_table`): the one asked for, else the cache file measured on this machine
 with these threads, else the bundled default. A table that was measured on another machine (CPU
 model and count), with other versions (onnxruntime, torch, onnx, python major.minor,
@@ -314,6 +322,8 @@ class LatencyTable:
         m = macs if isinstance(macs, Tensor) else torch.tensor(float(macs), dtype=torch.float64)
         if not m.is_floating_point():
             m = m.double()
+        if kind == "conv.direct" and self.channel_block > 1:
+            m, shape = self._on_channel_blocks(m, shape)
         positive = m > 0
         # where() takes no gradient from the masked branch; log of 1 keeps it finite
         log_m = torch.log(torch.where(positive, m, 1.0))
@@ -331,6 +341,21 @@ class LatencyTable:
                 log_ms = torch.where(here, log_m + self._rates[key], log_ms)
         ms = torch.where(positive, torch.exp(log_ms) * (batch / near), 0.0)
         return ms if isinstance(macs, Tensor) else float(ms)
+
+    @property
+    def channel_block(self) -> int:
+        """The channels onnxruntime's direct convolution runs in blocks of (module docstring)."""
+        return int(self.header.get("channel_block", 1))
+
+    def _on_channel_blocks(self, m: Tensor, shape: tuple) -> tuple[Tensor, tuple]:
+        """A direct convolution's MACs and shape at its width rounded up to the channel block:
+        the padded MACs in value, ``m``'s gradient scaled alike."""
+        width, positions, taps = (torch.as_tensor(v, dtype=torch.float64, device=m.device)
+                                  for v in shape)
+        known = (width > 0) & (positions > 0) & (taps > 0) & (m > 0)
+        padded = torch.ceil(width / self.channel_block) * self.channel_block
+        scale = torch.where(known, padded * positions * taps / torch.where(known, m, 1.0), 1.0)
+        return m * scale.detach(), (torch.where(known, padded, width), positions, taps)
 
     def _curve(self, batch: int, kind: str, dims: int, axis: int | None
                ) -> tuple[Tensor, Tensor, Tensor]:
@@ -382,6 +407,9 @@ class LatencyTable:
         if sorted(points) != sorted(header["batches"]):
             raise ValueError(f"points for batches {sorted(points)}, header says "
                              f"{header['batches']}")
+        block = header.get("channel_block", 1)
+        if not (isinstance(block, int) and block >= 1):
+            raise ValueError(f"header field 'channel_block' {block!r} is not a positive integer")
         overhead = header.get("overhead_ms", {})
         if not (isinstance(overhead, dict) and set(overhead) <= set(raw) and all(
                 isinstance(v, (int, float)) and math.isfinite(v) and v >= 0

@@ -271,6 +271,37 @@ def call_overhead(threads: int, batches: list[int], quick: bool = False) -> dict
     return {str(b): float(f"{t['median_ms']:.4g}") for b, t in timed.items()}
 
 
+# The channel counts a direct convolution is timed at to find onnxruntime's channel block, and
+# the blocks told apart: 4 (export's own padding, operators.depthwise_channels) runs them in
+# proportion, 8 as 16 24 24 32 32 40, 16 as 16 32 32 32 32 48, 32 as 32 32 32 32 32 64.
+BLOCK_PROBE_CHANNELS = (16, 20, 24, 28, 32, 36)
+CHANNEL_BLOCKS = (4, 8, 16, 32)
+
+
+def channel_block(threads: int, quick: bool = False) -> int:
+    """The block of channels onnxruntime runs a direct convolution in (its NCHWc layout;
+    dnarch_deploy.latency): the candidate of :data:`CHANNEL_BLOCKS` whose padded channel counts
+    best fit, in log time, a compute-bound direct convolution (63 taps on 256 samples, batch 32)
+    timed at each of :data:`BLOCK_PROBE_CHANNELS`."""
+    cases = [Case("conv.direct", c, (256,), taps=(63,)) for c in BLOCK_PROBE_CHANNELS]
+    with torch.no_grad():
+        model = to_onnx(SideBySide(cases).eval(),
+                        tuple(torch.randn(2, c.channels, *c.size) for c in cases))
+    groups = layers(model)
+    log_ms = []
+    for i in range(len(cases)):
+        sub = cut(model, *layer_boundaries(model, groups[f"ops.{i}"]))
+        log_ms.append(math.log(median_ms(runner(session(sub, threads), random_feeds(sub, 32)),
+                                         quick)))
+
+    def misfit(block: int) -> float:
+        log_padded = [math.log(-(-c // block) * block) for c in BLOCK_PROBE_CHANNELS]
+        offset = sum(t - p for t, p in zip(log_ms, log_padded)) / len(log_ms)
+        return sum((t - p - offset) ** 2 for t, p in zip(log_ms, log_padded))
+
+    return min(CHANNEL_BLOCKS, key=misfit)
+
+
 def operator_ms(measured: float, overhead: float) -> float:
     """A point's milliseconds less the call's fixed cost, at least MIN_OPERATOR_SHARE of it."""
     return float(f"{max(measured - overhead, MIN_OPERATOR_SHARE * measured):.4g}")
@@ -317,7 +348,8 @@ def measure_table(options: TableOptions, command: str) -> LatencyTable:
                 previous = (b, ms)
             bar.update()
     bar.close()
-    header = {**make_header(options.threads, options.batch, command), "overhead_ms": overhead}
+    header = {**make_header(options.threads, options.batch, command), "overhead_ms": overhead,
+              "channel_block": channel_block(options.threads, options.quick)}
     return LatencyTable(header=header, points=points)
 
 

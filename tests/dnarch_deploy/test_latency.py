@@ -260,6 +260,42 @@ def test_shaped_tensors_elementwise_and_the_gradient_is_the_time_per_mac():
                                                             dtype=torch.float64))
 
 
+def test_a_direct_convolution_runs_on_whole_channel_blocks():
+    """With header["channel_block"] 16 a direct convolution of 17-32 channels costs what 32 do
+    (onnxruntime's NCHWc layout pads them), in value and in the gradient's time per MAC; a
+    multiple of the block, the other kinds and a table without the field are priced as
+    before."""
+    rate = lambda n, taps, c: 1e-6 * (2.0 if c == 8 else 1.0)  # noqa: E731
+    plain, blocked = shaped(rate), shaped(rate)
+    blocked.header["channel_block"] = 16
+    assert plain.channel_block == 1 and blocked.channel_block == 16
+    per_channel = 256 * 255  # positions x taps
+    for c in (17, 20, 32):
+        macs = torch.tensor(float(c * per_channel), dtype=torch.float64, requires_grad=True)
+        ms = blocked.predict_ms("conv.direct", macs, 1, shape=(c, 256, 255))
+        assert float(ms.detach()) == pytest.approx(1e-6 * 32 * per_channel)
+        ms.backward()
+        assert float(macs.grad) == pytest.approx(1e-6 * 32 / c)  # the padded MACs' rate
+    for c in (16, 32, 48):
+        assert blocked.predict_ms("conv.direct", c * per_channel, 1, shape=(c, 256, 255)) == \
+            pytest.approx(plain.predict_ms("conv.direct", c * per_channel, 1,
+                                           shape=(c, 256, 255)), rel=1e-12)
+    # 8 channels run as 16: the 16-channel price, interpolated between the 8 and 32 points
+    assert blocked.predict_ms("conv.direct", 8 * per_channel, 1, shape=(8, 256, 255)) == \
+        pytest.approx(plain.predict_ms("conv.direct", 16 * per_channel, 1, shape=(16, 256, 255)))
+    assert blocked.predict_ms("conv.matmul", 1e4, 1, shape=(17, 256, 255)) == \
+        plain.predict_ms("conv.matmul", 1e4, 1, shape=(17, 256, 255))
+    assert blocked.predict_ms("conv.direct", 1e4, 1) == plain.predict_ms("conv.direct", 1e4, 1)
+
+
+@pytest.mark.parametrize("block", [0, 2.5, "16"])
+def test_a_bad_channel_block_is_refused_by_name(tmp_path, block):
+    data = table().to_json()
+    data["header"]["channel_block"] = block
+    with pytest.raises(ValueError, match="'channel_block'"):
+        LatencyTable.from_json(data)
+
+
 @pytest.mark.parametrize("key", ["width", "positions", "taps"])
 @pytest.mark.parametrize("value", [-1, 2.5, "8"])
 def test_a_bad_shape_in_a_point_is_refused_by_name(key, value):

@@ -59,11 +59,28 @@ def test_quick_writes_this_machines_table_to_the_cache(capsys, recwarn):
             else:
                 assert (p.width, p.positions, p.taps) == (0, 0, 0), p
     # the fixed cost of a call, measured per batch and taken off every point
+    assert table.header["channel_block"] in T.CHANNEL_BLOCKS
     assert set(table.header["overhead_ms"]) == {"1", "3"}
     assert all(0 < v < 1 for v in table.header["overhead_ms"].values())
     assert load_table(threads=1, batches=(1, 3)).points == table.points  # found, quietly
     assert not [w for w in recwarn.list if issubclass(w.category, L.LatencyTableWarning)]
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+
+
+@pytest.mark.parametrize("block", T.CHANNEL_BLOCKS)
+def test_the_channel_block_is_the_one_whose_padding_fits_the_timings(block, monkeypatch):
+    """Timings proportional to the channels padded to ``block`` (times a constant and a little
+    noise) give ``block``: the probe's real sessions run, their times are replaced."""
+    calls = iter(range(len(T.BLOCK_PROBE_CHANNELS)))
+    noise = (1.0, 1.03, 0.98, 1.01, 0.99, 1.02)
+
+    def timed(fn, quick=False):
+        i = next(calls)
+        fn()  # the session call runs
+        return 0.01 * -(-T.BLOCK_PROBE_CHANNELS[i] // block) * block * noise[i]
+
+    monkeypatch.setattr(T, "median_ms", timed)
+    assert T.channel_block(1, quick=True) == block
 
 
 def test_a_point_loses_the_calls_fixed_cost_but_keeps_a_tenth_of_its_time():
