@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--table", default=None, help="a latency table file (default: as --cost "
                    "latency finds it: this machine's cache, else the bundled one)")
+    p.add_argument("--compare", nargs="+", default=[], metavar="TABLE",
+                   help="other latency table files whose ratio error on the same measurements "
+                   "is shown beside the table's (an A/B of two tables without timing twice)")
     opt = p.parse_args(argv)
     if opt.networks < 1 or min(opt.batch) < 1 or opt.threads < 1:
         p.error("--networks, --batch and --threads must be >= 1")
@@ -120,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
             table = LatencyTable.load(opt.table)
         except (OSError, ValueError) as e:
             p.error(f"--table {opt.table}: {e}")
+    others = []
+    for path in opt.compare:
+        try:
+            others.append(LatencyTable.load(path))
+        except (OSError, ValueError) as e:
+            p.error(f"--compare {path}: {e}")
     torch.set_num_threads(opt.threads)
     rng = torch.Generator().manual_seed(opt.seed)
 
@@ -134,9 +143,11 @@ def main(argv: list[str] | None = None) -> int:
           "in turns (median ms). pred/meas: the table's milliseconds over the measured ones; "
           "ratio error: (predicted ms / predicted base ms) / (measured ms / measured base ms), "
           "1 when the cost model ranks the network against the base exactly.\n")
+    compared = "".join(f" ratio error with {path} |" for path in opt.compare)
     print("| shape | batch | base ms measured | base pred/meas | networks' pred/meas "
-          "(median, range) | ratio error (median, range) | measured ratio to base (range) |")
-    print("|---|---|---|---|---|---|---|")
+          f"(median, range) | ratio error (median, range) | measured ratio to base (range) |"
+          f"{compared}")
+    print("|---|---|---|---|---|---|---|" + "---|" * len(opt.compare))
     bar = progress(None, total=len(opt.shapes) * (opt.networks + 1))
     for size in opt.shapes:
         models = [network(size, "none", None)]
@@ -153,16 +164,25 @@ def main(argv: list[str] | None = None) -> int:
             meas = [r["median_ms"] for r in measure(fns, opt.repeats)]
             pred = [float(architecture_cost(a, Units(table, b))) for a in archs]
             err = [p_ / m_ for p_, m_ in zip(pred, meas)]
-            ratio = [(p_ / pred[0]) / (m_ / meas[0]) for p_, m_ in zip(pred[1:], meas[1:])]
             rel = [m_ / meas[0] for m_ in meas[1:]]
             label = "x".join(map(str, size))
+            others_errors = "".join(f" {ratio_error(archs, meas, t, b)} |" for t in others)
             bar.write(
                 f"| {label} | {b} | {meas[0]:.4f} | {err[0]:.2f} | {statistics.median(err[1:]):.2f}"
-                f" ({min(err[1:]):.2f}-{max(err[1:]):.2f}) | {statistics.median(ratio):.2f} "
-                f"({min(ratio):.2f}-{max(ratio):.2f}) | {min(rel):.2f}-{max(rel):.2f} |")
+                f" ({min(err[1:]):.2f}-{max(err[1:]):.2f}) | "
+                f"{ratio_error(archs, meas, table, b)} | {min(rel):.2f}-{max(rel):.2f} |"
+                f"{others_errors}")
     bar.close()
     folded_table(opt, table)
     return 0
+
+
+def ratio_error(archs: list, meas: list[float], table: LatencyTable, batch: int) -> str:
+    """Median (range) over the networks (all but the first, the base) of (predicted ms /
+    predicted base ms) / (measured ms / measured base ms)."""
+    pred = [float(architecture_cost(a, Units(table, batch))) for a in archs]
+    ratio = [(p_ / pred[0]) / (m_ / meas[0]) for p_, m_ in zip(pred[1:], meas[1:])]
+    return f"{statistics.median(ratio):.2f} ({min(ratio):.2f}-{max(ratio):.2f})"
 
 
 def folded_table(opt: argparse.Namespace, table: LatencyTable) -> None:

@@ -104,7 +104,10 @@ def latency_units(table: LatencyTable, batches: Sequence[int], config) -> Units 
     base = [base_cost(config, u) for u in singles]
     return BatchBlend(tuple((u, base[0] / (len(singles) * c)) for u, c in zip(singles, base)))
 
-# the kinds of the encoder's and decoder's terms (dnarch_deploy.operators names the blocks')
+
+# the kinds of the encoder's and decoder's terms (dnarch_deploy.operators names the blocks'); a
+# global pooling reads each element once, as an Add does (priced as a GELU, digits' decoder was
+# 0.11 ms at batch 32 against 0.03 measured)
 EDGE_KINDS = {"linear": "linear", "gelu": "pointwise", "pool": "add"}
 
 

@@ -22,20 +22,27 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_one_row_per_shape_and_batch():
-    done = run("--networks", "2", "--shapes", "32", "8x8", "--batch", "1", "2", "--repeats", "2")
+    """Also --compare: the bundled table beside itself has the same ratio errors."""
+    from dnarch_deploy.latency import BUNDLED
+
+    done = run("--networks", "2", "--shapes", "32", "8x8", "--batch", "1", "2", "--repeats", "2",
+               "--table", str(BUNDLED), "--compare", str(BUNDLED))
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert out.startswith("Command: `python benchmarks/latency_prediction.py --networks 2")
     assert "onnxruntime 1." in out and "table: " in out
+    assert f"| ratio error with {BUNDLED} |" in out
     num = r"([\d.]+)"
-    rows = re.findall(rf"^\| (\w+) \| (\d+) \| {num} \| {num} \| {num} \({num}-{num}\) \| "
-                      rf"{num} \({num}-{num}\) \| {num}-{num} \|$", out, re.M)
+    ranged = rf"{num} \({num}-{num}\)"
+    rows = re.findall(rf"^\| (\w+) \| (\d+) \| {num} \| {num} \| {ranged} \| "
+                      rf"{ranged} \| {num}-{num} \| {ranged} \|$", out, re.M)
     assert [r[:2] for r in rows] == [("32", "1"), ("32", "2"), ("8x8", "1"), ("8x8", "2")]
     for row in rows:
         values = [float(v) for v in row[2:]]
         assert all(v > 0 for v in values)
-        _, _, error, lo, hi, ratio, r_lo, r_hi, m_lo, m_hi = values
+        _, _, error, lo, hi, ratio, r_lo, r_hi, m_lo, m_hi, *compared = values
         assert lo <= error <= hi and r_lo <= ratio <= r_hi and m_lo <= m_hi
+        assert compared == [ratio, r_lo, r_hi]
     # the folded kernel alone, per sequence length and batch: 2 x 32 - 1 taps, circular at 48
     folded = re.findall(rf"^\| 32 \| 48 \| (\w+) \| (\d+) \| {num} \| {num} \| {num} \|$",
                         out, re.M)
@@ -49,6 +56,7 @@ def test_one_row_per_shape_and_batch():
     (["--shapes", "3x3x3"], "a shape is 1-D or 2-D"),
     (["--shapes", "long"], "a shape is LENGTH or HxW"),
     (["--table", "/nonexistent/table.json"], "--table /nonexistent/table.json: "),
+    (["--compare", "/nonexistent/b.json"], "--compare /nonexistent/b.json: "),
 ])
 def test_bad_arguments_are_one_message(args, says):
     done = run(*args)
