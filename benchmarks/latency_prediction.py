@@ -9,7 +9,9 @@ them in onnxruntime beside the base CCNN_{4,32} of that shape, all in turns in o
 batch. It reports, per shape and batch, predicted/measured milliseconds (the table's absolute
 error) and the ratio to the base, predicted against measured (what a budget relies on); then,
 per sequence length, the one convolution the random networks rarely have, timed alone: a
-full-resolution block's kernel with its resolution mask folded in.
+full-resolution block's kernel with its resolution mask folded in; last, a direct convolution
+alone at 16-36 channels, which onnxruntime runs on whole blocks of channels (the table's
+``channel_block``).
 
     python benchmarks/latency_prediction.py --networks 8
     python benchmarks/latency_prediction.py --table /path/to/table.json --shapes 150 8x8
@@ -39,7 +41,14 @@ from dnarch_deploy.latency import LatencyTable, cpu_model, load_table
 from dnarch_deploy.operators import conv_by_cost
 from export.calibration import calibrate
 from export.emit import to_onnx
-from export.latency_table import Case, build, folded_kernel, macs, point_shape
+from export.latency_table import (
+    Case,
+    block_probe_cases,
+    build,
+    folded_kernel,
+    macs,
+    point_shape,
+)
 from export.lowering import lower
 from export.pipeline import ExportOptions
 from export.policy import choose_lowering
@@ -174,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{others_errors}")
     bar.close()
     folded_table(opt, table)
+    channel_table(opt, table)
     return 0
 
 
@@ -200,15 +210,41 @@ def folded_table(opt: argparse.Namespace, table: LatencyTable) -> None:
         taps, period = folded_kernel(size)
         tactic = conv_by_cost(32, size, taps, period)
         case = Case(f"conv.{tactic}", 32, size, taps=taps, period=period)
-        graph = to_onnx(build(case).eval(), (torch.randn(2, 32, *size),))
         for b in opt.batch:
-            x = torch.randn(b, 32, *size).numpy()
-            meas = measure([runner(session(graph, opt.threads), {graph.graph.input[0].name: x})],
-                           opt.repeats)[0]["median_ms"]
-            pred = table.predict_ms(case.kind, macs(case), b, 1, None, point_shape(case))
-            pred += table.overhead(b)
+            meas, pred = alone(case, b, opt, table)
             print(f"| {size[0]} | {period[0]} | {tactic} | {b} | {meas:.4f} | {pred:.4f} | "
                   f"{pred / meas:.2f} |")
+
+
+def channel_table(opt: argparse.Namespace, table: LatencyTable) -> None:
+    """The direct convolution export.latency_table.channel_block times, alone at each of its
+    channel counts: onnxruntime runs it on whole blocks of channels, which the table prices
+    (its header's channel_block)."""
+    cases = block_probe_cases()
+    print(f"\nA direct convolution alone by channel count ({cases[0].taps[0]} taps on "
+          f"{cases[0].size[0]} samples; the table's channel block: {table.channel_block}; "
+          "time and prediction over the 32-channel one's):\n")
+    print("| channels | batch | measured ms | measured / 32 channels' | predicted / 32 channels' |")
+    print("|---|---|---|---|---|")
+    for b in opt.batch:
+        timed = [alone(c, b, opt, table) for c in cases]
+        ref = next(t for c, t in zip(cases, timed) if c.channels == 32)
+        for c, (meas, pred) in zip(cases, timed):
+            print(f"| {c.channels} | {b} | {meas:.4f} | {meas / ref[0]:.2f} | "
+                  f"{pred / ref[1]:.2f} |")
+
+
+def alone(case: Case, batch: int, opt: argparse.Namespace, table: LatencyTable
+          ) -> tuple[float, float]:
+    """(measured, predicted) ms of ``case`` alone in one session at ``batch``; the prediction
+    is the table's plus its fixed cost of a call."""
+    graph = to_onnx(build(case).eval(), (torch.randn(2, case.channels, *case.size),))
+    x = torch.randn(batch, case.channels, *case.size).numpy()
+    meas = measure([runner(session(graph, opt.threads), {graph.graph.input[0].name: x})],
+                   opt.repeats)[0]["median_ms"]
+    pred = table.predict_ms(case.kind, macs(case), batch, len(case.size), None,
+                            point_shape(case))
+    return meas, pred + table.overhead(batch)
 
 
 if __name__ == "__main__":

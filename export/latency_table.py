@@ -24,6 +24,7 @@ import dataclasses
 import math
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -238,6 +239,18 @@ class SideBySide(nn.Module):
         return tuple(op(x) for op, x in zip(self.ops, inputs))
 
 
+def case_sessions(cases: list[Case], threads: int) -> Iterator[tuple]:
+    """(its ONNX graph, an onnxruntime session) of each case in turn, one session alive at a
+    time: one export for all of them, each case's nodes cut out of it."""
+    with torch.no_grad():
+        model = to_onnx(SideBySide(cases).eval(),
+                        tuple(torch.randn(2, c.channels, *c.size) for c in cases))
+    groups = layers(model)
+    for i in range(len(cases)):
+        sub = cut(model, *layer_boundaries(model, groups[f"ops.{i}"]))
+        yield sub, session(sub, threads)
+
+
 def median_ms(fn, quick: bool = False) -> float:
     """Median milliseconds of ``fn`` (export.timing.measure) over about TIME_PER_POINT_MS of
     timed calls, 3 to 10 (a slow call is long enough to time with few)."""
@@ -278,21 +291,18 @@ BLOCK_PROBE_CHANNELS = (16, 20, 24, 28, 32, 36)
 CHANNEL_BLOCKS = (4, 8, 16, 32)
 
 
+def block_probe_cases() -> list[Case]:
+    """The direct convolution :func:`channel_block` times, at each of BLOCK_PROBE_CHANNELS."""
+    return [Case("conv.direct", c, (256,), taps=(63,)) for c in BLOCK_PROBE_CHANNELS]
+
+
 def channel_block(threads: int, quick: bool = False) -> int:
     """The block of channels onnxruntime runs a direct convolution in (its NCHWc layout;
     dnarch_deploy.latency): the candidate of :data:`CHANNEL_BLOCKS` whose padded channel counts
     best fit, in log time, a compute-bound direct convolution (63 taps on 256 samples, batch 32)
     timed at each of :data:`BLOCK_PROBE_CHANNELS`."""
-    cases = [Case("conv.direct", c, (256,), taps=(63,)) for c in BLOCK_PROBE_CHANNELS]
-    with torch.no_grad():
-        model = to_onnx(SideBySide(cases).eval(),
-                        tuple(torch.randn(2, c.channels, *c.size) for c in cases))
-    groups = layers(model)
-    log_ms = []
-    for i in range(len(cases)):
-        sub = cut(model, *layer_boundaries(model, groups[f"ops.{i}"]))
-        log_ms.append(math.log(median_ms(runner(session(sub, threads), random_feeds(sub, 32)),
-                                         quick)))
+    log_ms = [math.log(median_ms(runner(sess, random_feeds(sub, 32)), quick))
+              for sub, sess in case_sessions(block_probe_cases(), threads)]
 
     def misfit(block: int) -> float:
         log_padded = [math.log(-(-c // block) * block) for c in BLOCK_PROBE_CHANNELS]
@@ -328,15 +338,9 @@ def measure_table(options: TableOptions, command: str) -> LatencyTable:
     points: dict[int, dict[str, list[Point]]] = {b: {k: [] for k in KINDS} for b in options.batch}
     bar = progress(None, total=sum(map(len, per_kind.values())))
     for cases in chunks:
-        bar.set_description(f"export {cases[0].kind}")
-        with torch.no_grad():
-            model = to_onnx(SideBySide(cases).eval(),
-                            tuple(torch.randn(2, c.channels, *c.size) for c in cases))
-        groups = layers(model)
-        bar.set_description(f"time {cases[0].kind}")
-        for i, case in enumerate(cases):
-            sub = cut(model, *layer_boundaries(model, groups[f"ops.{i}"]))
-            sess, previous = session(sub, options.threads), None
+        bar.set_description(f"export and time {cases[0].kind}")
+        for case, (sub, sess) in zip(cases, case_sessions(cases, options.threads)):
+            previous = None
             for b in options.batch:
                 if case is not per_kind[case.kind][0] and not wanted(case, b, previous):
                     break
