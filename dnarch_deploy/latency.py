@@ -65,8 +65,8 @@ operators that state none are priced by MACs alone.
 
 onnxruntime runs a direct (grouped) convolution in its NCHWc layout, on blocks of channels: 8 or
 16 on x86 (AVX2, AVX-512). A convolution of 33 or 40 channels then runs as 48 on a 16-channel
-machine, at 1.5x the time of 32 (the base CCNN_{4,32} on 150 samples at width 35: 1.4x its time
-at 32, at 1.15x its MACs), and the grid's widths, multiples of 8, never show it. The table records
+machine, at 1.5x the time of 32 at batch 32 (benchmarks/latency_prediction.py, last table),
+and the grid's widths, multiples of 8, never show it. The table records
 the block it measured (``header["channel_block"]``, :func:`export.latency_table.channel_block`;
 1 when absent), and a ``conv.direct`` operator that states its shape is priced at its width
 rounded up to it: MACs and width of the padded channels.

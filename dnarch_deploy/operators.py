@@ -11,8 +11,9 @@ with the rest of the stream (where it writes fewer). Each operator has a *kind*,
 latency table is keyed by:
 
   ``linear``            a pointwise linear map (a 1x1 Conv over channels)
-  ``pointwise``         an element-wise op (GELU, pooling)
-  ``add``               an Add: the first layer's per-position bias, the residual
+  ``pointwise``         an element-wise op (GELU)
+  ``add``               an Add: the first layer's per-position bias, the residual (and, in
+                        dnarch_deploy.cost, the decoder's global pooling)
   ``copy``              channels copied: the Slices and Concat around a narrowed block
   ``conv.<tactic>``     the convolution as one of :data:`CONV_TACTICS`
   ``resample.<form>``   one axis's spectral resampling as one of :data:`RESAMPLE_FORMS`
