@@ -46,9 +46,16 @@ def _two_samples(example: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     return tuple(x if x.shape[0] > 1 else x.expand(2, *x.shape[1:]).contiguous() for x in example)
 
 
-def _batch_dims(module: nn.Module, example: tuple[Tensor, ...]) -> tuple:
-    """Axis 0 of every input is the (shared) batch dimension."""
-    batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
+def _batch_dims(module: nn.Module, example: tuple[Tensor, ...], named: bool = True) -> tuple:
+    """Axis 0 of every input is the (shared) batch dimension, named "batch" (the ONNX input's
+    dim_param) or ``named=False``: Dim.AUTO, for torch.export. torch 2.11's solver cannot prove
+    guards such as min(855 b, 23085 b) == 855 b (export.resampling.inverse_half's broadcast
+    MatMul) over a named range and refuses to export; AUTO keeps the axis dynamic all the same
+    (benchmarks/results/cuda_check.md, on an H100 machine's torch 2.11)."""
+    if named:
+        batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
+    else:
+        batch = torch.export.Dim.AUTO(min=1, max=MAX_BATCH)
     dims = tuple({0: batch} for _ in example)
     kinds = [p.kind for p in inspect.signature(module.forward).parameters.values()]
     return (dims,) if inspect.Parameter.VAR_POSITIONAL in kinds else dims  # forward(*xs)
@@ -90,7 +97,7 @@ def write_pt2(module: nn.Module, example: Tensor, path: Path) -> torch.export.Ex
     (example,) = _two_samples((example,))
     with quiet():
         program = torch.export.export(
-            module, (example,), dynamic_shapes=_batch_dims(module, (example,))
+            module, (example,), dynamic_shapes=_batch_dims(module, (example,), named=False)
         )
         torch.export.save(program, str(path))
     return program

@@ -163,16 +163,19 @@ def test_tuned_export_keeps_the_fastest_whole_network_and_verifies(exported_run)
     assert ("DFT" in report["ops"]) == ("dft" in kept["tactics"])
 
 
-def test_artifacts_reload_and_agree(exported_run):
+@pytest.mark.parametrize("batch", [1, 5])
+def test_artifacts_reload_and_agree(exported_run, batch):
+    """At any batch: the batch axis of model.onnx and model.pt2 stays dynamic (traced at 2)."""
     from export.infer import predict
 
     out = exported_run / "export"
-    x = np.random.default_rng(0).standard_normal((5, 1, 150)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((batch, 1, 150)).astype(np.float32)
     y_onnx = predict(out, x)
     y_pt2 = torch.export.load(str(out / "model.pt2")).module()(torch.from_numpy(x)).numpy()
     with pytest.warns(DeprecationWarning):
         y_ts = torch.jit.load(str(out / "model.ts"))(torch.from_numpy(x)).detach().numpy()
     scale = np.abs(y_pt2).max()
+    assert y_pt2.shape == (batch, 2)
     assert np.abs(y_onnx - y_pt2).max() <= 1e-4 * scale
     assert np.abs(y_ts - y_pt2).max() <= 1e-4 * scale
 
