@@ -119,7 +119,6 @@ def load_last(run_dir: Path, model, opt, sched) -> dict:
         info["best_fits"] = bool(state.get("best_fits", True))  # runs before the budget rule
         info["first_loss"] = float(state.get("first_loss", float("nan")))  # and stall checks
         info["restarts"] = list(state.get("restarts", []))
-        info["average"] = state.get("average")  # with --ema
     except Exception as e:  # noqa: BLE001 - any failure here means a damaged or foreign file
         raise damaged(path, e) from None
     if isinstance(info["best"], torch.Tensor):

@@ -150,9 +150,6 @@ class SearchConfig:
     mixup: float = _f(0.0, "classification on signals and images: blend each training sample "
                       "and its target with another of the batch by a weight drawn from "
                       "Beta(alpha, alpha); this is alpha (0: off)")
-    ema: float = _f(0.0, "validation, the result and export use an exponential moving average "
-                    "of the weights (masks included) over about this share of the training steps "
-                    "(0: the weights as trained)")
     pool: str = _model("pool", "classification decoder's pooling over positions: 'avgmax' (the "
                        "mean and the maximum of every channel, one linear head on both) or "
                        "'avg' (the mean only, the paper's)")
@@ -228,7 +225,6 @@ class SearchConfig:
             (self.label_smoothing is None or 0 <= self.label_smoothing < 1,
              f"--label-smoothing must be in [0, 1), got {self.label_smoothing}"),
             (self.mixup >= 0, f"--mixup must be >= 0 (0: off), got {self.mixup}"),
-            (0 <= self.ema < 1, f"--ema must be in [0, 1) (a share of the steps), got {self.ema}"),
             (0 <= self.shift < 1, f"--shift must be in [0, 1), got {self.shift}"),
             (self.restarts >= 0, f"--restarts must be >= 0, got {self.restarts}"),
             (self.input_norm in ("auto", "sample", "dataset"), f"--input-norm must be auto, "

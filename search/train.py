@@ -38,7 +38,6 @@ from dnarch_deploy.model import canonical_learn
 
 from . import checkpoint, distributed
 from .augment import mixup, random_shift
-from .averaging import WeightAverage
 from .config import (
     ENERGY_SHARE,
     MIN_OMEGA_0,
@@ -384,8 +383,6 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     local = batch // world.size
 
     opt = make_optimizer(model, cfg)
-    average = WeightAverage(model, cfg.ema * length.steps) if cfg.ema else None
-    shown = average.module if average else model  # what validation, the result and export see
     sched = make_scheduler(opt, cfg, length.steps)
     start_epoch, step, best, best_epoch, wall, first_loss = 0, 0, None, -1, 0.0, None
     history = []  # validation metrics of the rounds so far, for the result rule
@@ -394,8 +391,6 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
         start_epoch, step = state["epoch"] + 1, state["step"]
         best_epoch, wall = state["best_epoch"], state["wall_seconds"]
         first_loss, restarts = state["first_loss"], state["restarts"]
-        if average:
-            average.load_state_dict(state["average"])
         if state["best"] is not None:
             best = (state["best"], state["best_fits"])
         if is_writer:
@@ -457,8 +452,6 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             opt.step()
             sched.step()
             model.clamp_masks_()
-            if average:
-                average.update(model)
             step += 1
             logged = distributed.mean(torch.stack([loss, loss_obj, loss_comp, ratio]).detach(),
                                       world)  # the global batch's figures, not this rank's
@@ -479,9 +472,9 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
 
         metric = None
         if is_writer:
-            val_loss, metric = evaluate(shown, val_set, task, cfg.eval_batch_size)
-            arch = describe(shown, epoch=epoch)
-            ratio_now = complexity_ratio(shown, target, units)
+            val_loss, metric = evaluate(model, val_set, task, cfg.eval_batch_size)
+            arch = describe(model, epoch=epoch)
+            ratio_now = complexity_ratio(model, target, units)
             rows = [
                 {"step": step, "epoch": epoch, "split": "train", **train_row,
                  "lr": sched.get_last_lr()[0], "seconds": wall},
@@ -494,14 +487,14 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
                                      higher, standard_error)
             if chosen:
                 best_epoch = epoch
-                checkpoint.save_weights(shown, run_dir / R.BEST_WEIGHTS)
+                checkpoint.save_weights(model, run_dir / R.BEST_WEIGHTS)
             for row in rows:
                 append_jsonl(run_dir / R.METRICS, row)
             append_jsonl(run_dir / R.ARCHITECTURES, arch.to_dict())
             checkpoint.save_last(run_dir, model, opt, sched, {
                 "epoch": epoch, "step": step, "best": best[0], "best_fits": best[1],
                 "best_epoch": best_epoch, "wall_seconds": wall, "first_loss": first_loss,
-                "restarts": restarts, **({"average": average.state_dict()} if average else {})})
+                "restarts": restarts})
             bar.set_postfix(loss=f"{train_row['loss']:.3f}", val=f"{metric:.3f}",
                             ratio=f"{ratio_now:.3f}")
         distributed.barrier(world)

@@ -44,11 +44,12 @@ def test_sigkill_then_resume_matches(uninterrupted, tmp_path, kill_after_checkpo
     assert not (out / R.SUMMARY).exists(), "the run finished before it could be killed"
 
     run_search("--out", str(out), "--resume")
-    a = load_file(str(uninterrupted / R.LAST_WEIGHTS))
-    b = load_file(str(out / R.LAST_WEIGHTS))
-    assert a.keys() == b.keys()
-    for k in a:
-        torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)
+    for weights in (R.LAST_WEIGHTS, R.BEST_WEIGHTS):  # the last and the result's
+        a = load_file(str(uninterrupted / weights))
+        b = load_file(str(out / weights))
+        assert a.keys() == b.keys()
+        for k in a:
+            torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=f"{weights}: {k}")
     assert _records(out) == _records(uninterrupted)
     sa, sb = R.read_summary(uninterrupted), R.read_summary(out)
     assert {k: v for k, v in sa.items() if k != "wall_seconds"} == {
