@@ -1,8 +1,8 @@
 #!/bin/bash
 # The CUDA path, checked on a lent GPU machine in one short call (benchmarks/results/cuda_check.md):
-# training with bfloat16 autocast (the --amp default) and without, torchrun with NCCL, --cost latency, export of
-# GPU-trained runs (equivalence), the training step on CUDA (model_step.py), and a SIGKILL +
-# --resume (benchmarks/cuda_resume.py).
+# training with bfloat16 autocast (the --amp default) and without, torchrun with NCCL, --cost
+# latency, export of GPU-trained runs (equivalence, the batch axis of model.onnx and model.pt2),
+# the training step on CUDA (model_step.py), and a SIGKILL + --resume (benchmarks/cuda_resume.py).
 #
 #   bash benchmarks/cuda_check.sh prepare DIR        # here, with sktime: DIR/GunPoint.npz, DIR/ACSF1.npz
 #   bash benchmarks/cuda_check.sh run DIR            # there (no sktime, no network): the checks
