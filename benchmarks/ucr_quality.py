@@ -238,6 +238,11 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
     if std_ok:
         out.append("- Seed std on sets with ≥ 100 test series: "
                    + ", ".join(f"{t} {s:.3f}" for t, s in std_ok) + ".")
+    out += ["", "## Every run", "",
+            "Its test accuracy and the validation round the result rule chose (0-based).", "",
+            "| set | variant | seed | test accuracy | chosen round |", "|---|---|---|---|---|",
+            *(f"| {r.key} | {r.variant} | {r.seed} | {results[r.run_dir]['test_metric']:.3f} "
+              f"| {results[r.run_dir]['best_epoch']} |" for r in runs if r.run_dir in results)]
     out += ["", "## Architectures found (default search, first seed)", "",
             "Per block: kernel size K and resolution R per axis, widths n_in/n_mid/n_out.", "",
             *archs]

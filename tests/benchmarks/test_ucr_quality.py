@@ -18,3 +18,24 @@ def test_an_unknown_task_is_refused_before_any_run_or_report(tmp_path):
     assert proc.returncode == 2
     assert "error: ucr:Nope: no bundled set named 'Nope'" in proc.stderr
     assert not out.exists() and not results.exists()
+
+
+def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
+    """The per-seed figures behind each mean ± std: accuracy and the round the result rule
+    chose, one row per run, in plan order."""
+    import argparse
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import ucr_quality as U
+
+    args = argparse.Namespace(tasks=["ucr:GunPoint"], variants=["base"], seeds=2,
+                              out=str(tmp_path), extra="", jobs=2)
+    runs = U.plan_runs(tmp_path, args.tasks, args.seeds, args.variants, [])
+    results = {r.run_dir: {"test_metric": acc, "best_epoch": epoch, "wall_seconds": 10.0,
+                           "n_test": 150}
+               for r, acc, epoch in zip(runs, (0.9867, 0.5), (49, 4))}
+    text = U.report(args, runs, results, {}, 1.0)
+    assert "| – | 0.743 ± 0.344 |" in text  # the mean ± std the rows below make
+    rows = text.split("## Every run")[1]
+    assert "| ucr:GunPoint | base | 0 | 0.987 | 49 |" in rows
+    assert "| ucr:GunPoint | base | 1 | 0.500 | 4 |" in rows

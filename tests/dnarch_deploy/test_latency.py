@@ -289,7 +289,7 @@ def test_a_direct_convolution_runs_on_whole_channel_blocks():
 
 
 @pytest.mark.parametrize("block", [0, 2.5, "16"])
-def test_a_bad_channel_block_is_refused_by_name(tmp_path, block):
+def test_a_bad_channel_block_is_refused_by_name(block):
     data = table().to_json()
     data["header"]["channel_block"] = block
     with pytest.raises(ValueError, match="'channel_block'"):
