@@ -171,15 +171,16 @@ def main(argv: list[str] | None = None) -> int:
             x = torch.randn(b, 1, *size).numpy()
             fns = [runner(session(g, opt.threads), {g.graph.input[0].name: x}) for g in graphs]
             meas = [r["median_ms"] for r in measure(fns, opt.repeats)]
-            pred = [float(architecture_cost(a, Units(table, b))) for a in archs]
+            pred = predicted(archs, table, b)
             err = [p_ / m_ for p_, m_ in zip(pred, meas)]
             rel = [m_ / meas[0] for m_ in meas[1:]]
             label = "x".join(map(str, size))
-            others_errors = "".join(f" {ratio_error(archs, meas, t, b)} |" for t in others)
+            others_errors = "".join(f" {ratio_error(predicted(archs, t, b), meas)} |"
+                                    for t in others)
             bar.write(
                 f"| {label} | {b} | {meas[0]:.4f} | {err[0]:.2f} | {statistics.median(err[1:]):.2f}"
                 f" ({min(err[1:]):.2f}-{max(err[1:]):.2f}) | "
-                f"{ratio_error(archs, meas, table, b)} | {min(rel):.2f}-{max(rel):.2f} |"
+                f"{ratio_error(pred, meas)} | {min(rel):.2f}-{max(rel):.2f} |"
                 f"{others_errors}")
     bar.close()
     folded_table(opt, table)
@@ -187,10 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def ratio_error(archs: list, meas: list[float], table: LatencyTable, batch: int) -> str:
+def predicted(archs: list, table: LatencyTable, batch: int) -> list[float]:
+    return [float(architecture_cost(a, Units(table, batch))) for a in archs]
+
+
+def ratio_error(pred: list[float], meas: list[float]) -> str:
     """Median (range) over the networks (all but the first, the base) of (predicted ms /
     predicted base ms) / (measured ms / measured base ms)."""
-    pred = [float(architecture_cost(a, Units(table, batch))) for a in archs]
     ratio = [(p_ / pred[0]) / (m_ / meas[0]) for p_, m_ in zip(pred[1:], meas[1:])]
     return f"{statistics.median(ratio):.2f} ({min(ratio):.2f}-{max(ratio):.2f})"
 
@@ -210,8 +214,7 @@ def folded_table(opt: argparse.Namespace, table: LatencyTable) -> None:
         taps, period = folded_kernel(size)
         tactic = conv_by_cost(32, size, taps, period)
         case = Case(f"conv.{tactic}", 32, size, taps=taps, period=period)
-        for b in opt.batch:
-            meas, pred = alone(case, b, opt, table)
+        for b, (meas, pred) in zip(opt.batch, alone(case, opt, table)):
             print(f"| {size[0]} | {period[0]} | {tactic} | {b} | {meas:.4f} | {pred:.4f} | "
                   f"{pred / meas:.2f} |")
 
@@ -226,25 +229,28 @@ def channel_table(opt: argparse.Namespace, table: LatencyTable) -> None:
           "time and prediction over the 32-channel one's):\n")
     print("| channels | batch | measured ms | measured / 32 channels' | predicted / 32 channels' |")
     print("|---|---|---|---|---|")
-    for b in opt.batch:
-        timed = [alone(c, b, opt, table) for c in cases]
+    by_case = [alone(c, opt, table) for c in cases]  # per case, per batch
+    for i, b in enumerate(opt.batch):
+        timed = [per_batch[i] for per_batch in by_case]
         ref = next(t for c, t in zip(cases, timed) if c.channels == 32)
         for c, (meas, pred) in zip(cases, timed):
             print(f"| {c.channels} | {b} | {meas:.4f} | {meas / ref[0]:.2f} | "
                   f"{pred / ref[1]:.2f} |")
 
 
-def alone(case: Case, batch: int, opt: argparse.Namespace, table: LatencyTable
-          ) -> tuple[float, float]:
-    """(measured, predicted) ms of ``case`` alone in one session at ``batch``; the prediction
-    is the table's plus its fixed cost of a call."""
+def alone(case: Case, opt: argparse.Namespace, table: LatencyTable) -> list[tuple[float, float]]:
+    """(measured, predicted) ms of ``case`` alone in one session, at each of --batch (one
+    export for all); the prediction is the table's plus its fixed cost of a call."""
     graph = to_onnx(build(case).eval(), (torch.randn(2, case.channels, *case.size),))
-    x = torch.randn(batch, case.channels, *case.size).numpy()
-    meas = measure([runner(session(graph, opt.threads), {graph.graph.input[0].name: x})],
-                   opt.repeats)[0]["median_ms"]
-    pred = table.predict_ms(case.kind, macs(case), batch, len(case.size), None,
-                            point_shape(case))
-    return meas, pred + table.overhead(batch)
+    sess = session(graph, opt.threads)
+    timed = []
+    for batch in opt.batch:
+        x = torch.randn(batch, case.channels, *case.size).numpy()
+        meas = measure([runner(sess, {graph.graph.input[0].name: x})], opt.repeats)[0]["median_ms"]
+        pred = table.predict_ms(case.kind, macs(case), batch, len(case.size), None,
+                                point_shape(case))
+        timed.append((meas, pred + table.overhead(batch)))
+    return timed
 
 
 if __name__ == "__main__":
