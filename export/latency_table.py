@@ -5,9 +5,10 @@ it to (a 1x1 layer as :func:`export.static.pointwise`, GELU, an Add, the convolu
 :mod:`export.tactics`, the resampling forms of :mod:`export.resampling`) on a grid of sizes that
 covers what CCNNs use (1-D lengths 16..4096, 2-D 8x8..64x64, 8..256 channels; each point records
 its number of spatial axes, which the table predicts by), exported to ONNX as export does (batch
-dynamic; one graph per kind, each case cut out as its own sub-model) and timed in onnxruntime
-(export.timing) at each batch, less the fixed cost of a call (the header's ``overhead_ms``:
-:func:`call_overhead`), which a network pays once. Each point's MACs per
+dynamic; a few cases per graph, each cut out as its own sub-model) and timed in onnxruntime
+(export.timing) at each batch, alone or (``--context N``) as N chained copies (:func:`in_context`),
+less the fixed cost of a call (the header's ``overhead_ms``: :func:`call_overhead`), which a
+network pays once. Each point's MACs per
 sample come from the formulas export and the cost model share
 (:mod:`dnarch_deploy.operators`: ``conv_macs``, ``resample_macs``;
 :func:`dnarch_deploy.cost.linear_cost` and ``pointwise_cost``). Points that would take long
@@ -56,6 +57,9 @@ from .timing import sub_model as cut
 MAX_CALL_MACS = 3e8
 MAX_CALL_MS = 300.0  # and a case whose previous batch, scaled, would take longer
 TIME_PER_POINT_MS = 100.0  # timed calls per point, about
+# operators per export: the exporter's graph rewrites grow faster than the graph (one export per
+# kind of chains of four ran for over half an hour), and an export costs about a second
+OPS_PER_EXPORT = 32
 
 
 @dataclass
@@ -65,10 +69,18 @@ class TableOptions:
         "a batch size to measure; repeat the flag (--batch 1 --batch 32); default 1 and 32")})
     out: str | None = None  # the table's file (default: this machine's cache file)
     quick: bool = False  # a few small sizes only (seconds; for tests)
+    # 1, not 4: chains of four priced the base CCNN on 251 samples at batch 32 hardly better and
+    # 2-D networks worse (benchmarks/results/latency_prediction_in_context.md)
+    context: int = field(default=1, metadata={"help": (
+        "time each operator as this many chained copies, each one's input the output of the one "
+        "before (a resampling alternating with the one that undoes it), a point being its share "
+        "of the chain's time; 1: alone; else even")})
 
     def __post_init__(self) -> None:
         if self.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {self.threads}")
+        if self.context < 1 or (self.context > 1 and self.context % 2):
+            raise ValueError(f"--context must be 1 or an even number, got {self.context}")
         self.batch = sorted(set(self.batch or DEFAULT_BATCHES))
         if self.batch[0] < 1:
             raise ValueError(f"every --batch must be >= 1, got {self.batch}")
@@ -163,6 +175,40 @@ def build(case: Case) -> nn.Module:
     return lower_resample(Resample(case.out, dim), case.size[case.axis], form)
 
 
+def back(case: Case) -> Case:
+    """The resampling that undoes ``case``'s length change (out -> in on the same axis), in
+    the same form where that form is offered."""
+    n, m = case.size[case.axis], case.out
+    form = case.kind.partition(".")[2]
+    forms = resample_candidates(m, n)
+    size = case.size[:case.axis] + (m,) + case.size[case.axis + 1:]
+    return Case(f"resample.{form if form in forms else forms[0]}", case.channels, size,
+                out=n, axis=case.axis)
+
+
+# In a network an operator reads what the one before it wrote, beside other live buffers; alone,
+# one on a large tensor ran faster (the base CCNN's global convolution at 251 samples, batch 32,
+# took 1.5x its alone time in a chain of four; no change at 128 samples). --context times that.
+def in_context(case: Case, context: int) -> nn.Module:
+    """The module that times ``case``: its own (``context`` 1), or ``context`` copies chained; a
+    resampling alternates with :func:`back`, which returns the length."""
+    if context == 1:
+        return build(case)
+    if not case.out:
+        return nn.Sequential(*(build(case) for _ in range(context)))
+    return nn.Sequential(*(build(c) for _ in range(context // 2) for c in (case, back(case))))
+
+
+def context_share(case: Case, context: int) -> float:
+    """The share of :func:`in_context`'s time that is one ``case``: a pair of resamplings is
+    split by their MACs."""
+    if context == 1:
+        return 1.0
+    if not case.out:
+        return 1 / context
+    return macs(case) / (macs(case) + macs(back(case))) / (context // 2)
+
+
 def macs(case: Case) -> float:
     """Multiply-accumulates per sample, by the formulas export reports."""
     family, _, form = case.kind.partition(".")
@@ -229,21 +275,22 @@ def grid(quick: bool = False) -> dict[str, list[Case]]:
 
 
 class SideBySide(nn.Module):
-    """Cases' modules side by side, one input each: one ONNX export for all of them."""
+    """Cases' modules (:func:`in_context`) side by side, one input each: one ONNX export for all
+    of them."""
 
-    def __init__(self, cases: list[Case]):
+    def __init__(self, cases: list[Case], context: int = 1):
         super().__init__()
-        self.ops = nn.ModuleList(build(c) for c in cases)
+        self.ops = nn.ModuleList(in_context(c, context) for c in cases)
 
     def forward(self, *inputs: Tensor) -> tuple[Tensor, ...]:
         return tuple(op(x) for op, x in zip(self.ops, inputs))
 
 
-def case_sessions(cases: list[Case], threads: int) -> Iterator[tuple]:
+def case_sessions(cases: list[Case], threads: int, context: int = 1) -> Iterator[tuple]:
     """(its ONNX graph, an onnxruntime session) of each case in turn, one session alive at a
     time: one export for all of them, each case's nodes cut out of it."""
     with torch.no_grad():
-        model = to_onnx(SideBySide(cases).eval(),
+        model = to_onnx(SideBySide(cases, context).eval(),
                         tuple(torch.randn(2, c.channels, *c.size) for c in cases))
     groups = layers(model)
     for i in range(len(cases)):
@@ -312,9 +359,10 @@ def channel_block(threads: int, quick: bool = False) -> int:
     return min(CHANNEL_BLOCKS, key=misfit)
 
 
-def operator_ms(measured: float, overhead: float) -> float:
-    """A point's milliseconds less the call's fixed cost, at least MIN_OPERATOR_SHARE of it."""
-    return float(f"{max(measured - overhead, MIN_OPERATOR_SHARE * measured):.4g}")
+def operator_ms(measured: float, overhead: float, share: float = 1.0) -> float:
+    """``share`` of a call's milliseconds less its fixed cost (at least MIN_OPERATOR_SHARE of
+    them): one operator's time in the chain :func:`in_context` timed."""
+    return float(f"{max(measured - overhead, MIN_OPERATOR_SHARE * measured) * share:.4g}")
 
 
 def wanted(case: Case, batch: int, previous: tuple[int, float] | None = None) -> bool:
@@ -331,29 +379,31 @@ def measure_table(options: TableOptions, command: str) -> LatencyTable:
     per_kind = {k: sorted(cs, key=macs) for k, cs in grid(options.quick).items()}
     per_kind = {k: [c for c in cs if c is cs[0] or wanted(c, options.batch[0])]
                 for k, cs in per_kind.items()}
-    # one export per kind (a progress bar that moves); all at once for --quick (an export has a
-    # fixed cost of about a second)
-    chunks = [[c for cs in per_kind.values() for c in cs]] if options.quick else per_kind.values()
+    cases = [c for cs in per_kind.values() for c in cs]
+    step = max(1, OPS_PER_EXPORT // options.context)
+    chunks = [cases[i:i + step] for i in range(0, len(cases), step)]
     overhead = call_overhead(options.threads, options.batch, options.quick)
     points: dict[int, dict[str, list[Point]]] = {b: {k: [] for k in KINDS} for b in options.batch}
     bar = progress(None, total=sum(map(len, per_kind.values())))
     for cases in chunks:
         bar.set_description(f"export and time {cases[0].kind}")
-        for case, (sub, sess) in zip(cases, case_sessions(cases, options.threads)):
+        for case, (sub, sess) in zip(cases, case_sessions(cases, options.threads,
+                                                               options.context)):
             previous = None
             for b in options.batch:
                 if case is not per_kind[case.kind][0] and not wanted(case, b, previous):
                     break
                 ms = median_ms(runner(sess, random_feeds(sub, b)), options.quick)
                 axis = case.axis if case.out else None
-                points[b][case.kind].append(Point(macs(case), operator_ms(ms, overhead[str(b)]),
-                                                  str(case), len(case.size), axis,
-                                                  *point_shape(case)))
+                one = operator_ms(ms, overhead[str(b)], context_share(case, options.context))
+                points[b][case.kind].append(Point(macs(case), one, str(case), len(case.size),
+                                                  axis, *point_shape(case)))
                 previous = (b, ms)
             bar.update()
     bar.close()
     header = {**make_header(options.threads, options.batch, command), "overhead_ms": overhead,
-              "channel_block": channel_block(options.threads, options.quick)}
+              "channel_block": channel_block(options.threads, options.quick),
+              "context": options.context}
     return LatencyTable(header=header, points=points)
 
 

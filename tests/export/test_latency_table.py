@@ -4,6 +4,7 @@ input."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from dnarch_deploy import latency as L
 from dnarch_deploy.latency import KINDS, LatencyTable, load_table
@@ -44,6 +45,7 @@ def test_quick_writes_this_machines_table_to_the_cache(capsys, recwarn):
     table = LatencyTable.load(path)
     assert table.differences(threads=1) == []
     assert table.batches == [1, 3] and table.header["batches"] == [1, 3]
+    assert table.header["context"] == 1  # each operator timed alone
     assert table.header["command"] == "python -m export.latency_table --quick --batch 1 --batch 3"
     assert all(table.points[b][k] for b in (1, 3) for k in KINDS)
     # each point says what it was measured on: --quick has sequences only; a resampling's axis
@@ -87,10 +89,47 @@ def test_a_point_loses_the_calls_fixed_cost_but_keeps_a_tenth_of_its_time():
     assert T.operator_ms(0.05, 0.01) == pytest.approx(0.04)
     assert T.operator_ms(0.01, 0.02) == pytest.approx(0.001)  # noise: the floor
     assert T.operator_ms(0.03, 0.0) == 0.03
+    assert T.operator_ms(0.05, 0.01, share=1 / 4) == pytest.approx(0.01)  # one of a chain
+
+
+@pytest.mark.parametrize("case", [
+    T.Case("linear", 8, (16,)),
+    T.Case("conv.matmul", 8, (64,), taps=(63,)),
+    T.Case("copy", 8, (4, 4)),
+])
+def test_a_point_is_timed_as_a_chain_of_its_operator(case):
+    assert T.context_share(case, 1) == 1.0 and not isinstance(T.in_context(case, 1),
+                                                              torch.nn.Sequential)
+    chain = T.in_context(case, 4)
+    assert len(chain) == 4 and T.context_share(case, 4) == 1 / 4
+    x = torch.randn(2, case.channels, *case.size)
+    y = x
+    for op in chain:  # each copy reads the one before's output
+        y = op(y)
+    assert chain(x).shape == x.shape and torch.equal(chain(x), y)
+
+
+@pytest.mark.parametrize("case", [
+    T.Case("resample.dense", 8, (64,), out=32),
+    T.Case("resample.dense", 8, (16, 8), out=8, axis=0),
+])
+def test_a_resampling_is_timed_against_its_way_back(case):
+    undo = T.back(case)
+    n, m = case.size[case.axis], case.out
+    assert (undo.size[undo.axis], undo.out, undo.axis) == (m, n, case.axis)
+    chain = T.in_context(case, 4)
+    assert len(chain) == 4  # there and back, twice
+    x = torch.randn(2, case.channels, *case.size)
+    assert chain(x).shape == x.shape
+    # the pair's time is split by MACs; both shares make one pair
+    assert (T.context_share(case, 4) + T.context_share(undo, 4)) * 2 == pytest.approx(1.0)
+    assert T.context_share(case, 4) * 2 == pytest.approx(T.macs(case)
+                                                         / (T.macs(case) + T.macs(undo)))
 
 
 @pytest.mark.parametrize("args, says", [
     (["--threads", "0"], "--threads"),
+    (["--context", "3"], "--context"),
     (["--batch", "1", "--batch", "0"], "--batch"),
     (["--out", "{tmp}/no/such/dir/t.json"], "does not exist"),
     (["--out", "{tmp}"], "is a directory"),
