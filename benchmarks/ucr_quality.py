@@ -225,6 +225,11 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
         *lines,
         "",
     ]
+    for v in ("search", "base"):  # what an ablation (one variant) is compared by
+        done = [m[v] for m in means.values() if v in m]
+        if done:
+            sets = f"{len(done)} set" + ("s" if len(done) > 1 else "")
+            out.append(f"- Mean of the {NAMES[v]} over its {sets}: {statistics.mean(done):.3f}.")
     for (a, b) in (("search", "base"), ("search", "peer")):
         both = [m for m in means.values() if a in m and b in m]
         if both:

@@ -36,6 +36,7 @@ def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
                for r, acc, epoch in zip(runs, (0.9867, 0.5), (49, 4))}
     text = U.report(args, runs, results, {}, 1.0)
     assert "| – | 0.743 ± 0.344 |" in text  # the mean ± std the rows below make
+    assert "- Mean of the base CCNN over its 1 set: 0.743." in text
     rows = text.split("## Every run")[1]
     assert "| ucr:GunPoint | base | 0 | 0.987 | 49 |" in rows
     assert "| ucr:GunPoint | base | 1 | 0.500 | 4 |" in rows
