@@ -379,12 +379,12 @@ def measure_table(options: TableOptions, command: str) -> LatencyTable:
     per_kind = {k: sorted(cs, key=macs) for k, cs in grid(options.quick).items()}
     per_kind = {k: [c for c in cs if c is cs[0] or wanted(c, options.batch[0])]
                 for k, cs in per_kind.items()}
-    cases = [c for cs in per_kind.values() for c in cs]
+    every = [c for cs in per_kind.values() for c in cs]
     step = max(1, OPS_PER_EXPORT // options.context)
-    chunks = [cases[i:i + step] for i in range(0, len(cases), step)]
+    chunks = [every[i:i + step] for i in range(0, len(every), step)]
     overhead = call_overhead(options.threads, options.batch, options.quick)
     points: dict[int, dict[str, list[Point]]] = {b: {k: [] for k in KINDS} for b in options.batch}
-    bar = progress(None, total=sum(map(len, per_kind.values())))
+    bar = progress(None, total=len(every))
     for cases in chunks:
         bar.set_description(f"export and time {cases[0].kind}")
         for case, (sub, sess) in zip(cases, case_sessions(cases, options.threads,
