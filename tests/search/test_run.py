@@ -367,8 +367,9 @@ def test_training_length_in_steps_and_rounds():
 
     tiny = training_length(SearchConfig(batch_size=16), 40)  # GunPoint: 2 batches per pass
     assert (tiny.steps, tiny.steps_per_epoch, tiny.per_round) == (MIN_STEPS, 2, MIN_STEPS // ROUNDS)
-    mid = training_length(SearchConfig(batch_size=16), 1200)  # 75 batches per pass
-    assert mid.steps == AUTO_EPOCHS * 75 and mid.per_round == 75
+    mid = training_length(SearchConfig(batch_size=16), 400)  # 25 batches per pass
+    assert MIN_STEPS < AUTO_EPOCHS * 25 < MAX_STEPS
+    assert mid.steps == AUTO_EPOCHS * 25 and mid.per_round == math.ceil(mid.steps / ROUNDS)
     big = training_length(SearchConfig(batch_size=16), 3500)  # 218 batches per pass
     assert (big.steps, big.per_round) == (MAX_STEPS, 218)
     assert training_length(SearchConfig(steps=123), 40).steps == 123
