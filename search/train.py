@@ -43,6 +43,8 @@ from .config import (
     MIN_OMEGA_0,
     SHORT_POSITIONS,
     SHORT_SMOOTHING,
+    SMALL_SET_SAMPLES,
+    SMALL_SET_SHIFT,
     SearchConfig,
     training_length,
 )
@@ -203,12 +205,20 @@ def label_smoothing(cfg: SearchConfig, task) -> float:
     return SHORT_SMOOTHING if math.prod(task.spatial) <= SHORT_POSITIONS else 0.0
 
 
+def shift_share(cfg: SearchConfig, task) -> float:
+    """--shift resolved for the task (left out: see config.SMALL_SET_SAMPLES)."""
+    if cfg.shift is not None:
+        return cfg.shift
+    return SMALL_SET_SHIFT if len(task.x_train) < SMALL_SET_SAMPLES else 0.0
+
+
 def in_effect(cfg: SearchConfig, task) -> dict[str, float]:
     """The augmentation and smoothing this task trains with (config.json's ``in_effect``): the
     flags resolved, and zero where the task's kind takes none (shifts and mixing touch
     classification signals and images only)."""
     signals = task.kind == "classification" and not task.tokens
-    return {"shift": cfg.shift if signals else 0.0, "mixup": cfg.mixup if signals else 0.0,
+    return {"shift": shift_share(cfg, task) if signals else 0.0,
+            "mixup": cfg.mixup if signals else 0.0,
             "label_smoothing": label_smoothing(cfg, task)}
 
 

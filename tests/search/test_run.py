@@ -24,6 +24,7 @@ from search.jobs import set_flag
 from search.train import (
     RESULT_WINDOW,
     complexity_weight,
+    in_effect,
     is_result,
     label_smoothing,
     learned,
@@ -260,7 +261,7 @@ def test_config_records_what_the_run_trained_with_and_resume_accepts_it(tiny_run
     import shutil
 
     config = R.read_config(tiny_run)
-    assert config["train"]["label_smoothing"] is None
+    assert config["train"]["label_smoothing"] is None and config["train"]["shift"] is None
     assert config["in_effect"] == {"shift": 0.1, "mixup": 0.0, "label_smoothing": 0.1}
     copy = tmp_path / "copy"
     shutil.copytree(tiny_run, copy)
@@ -566,6 +567,22 @@ def test_the_stall_test_counts_from_the_smoothed_floor():
 def test_label_smoothing_by_default_only_on_short_inputs(kind, spatial, tokens, flag, expected):
     task = SimpleNamespace(kind=kind, spatial=spatial, tokens=tokens)
     assert label_smoothing(SearchConfig(label_smoothing=flag), task) == expected
+
+
+@pytest.mark.parametrize(("kind", "tokens", "n_train", "flag", "expected"), [
+    ("classification", False, 29, None, 0.1),  # ArrowHead
+    ("classification", False, 299, None, 0.1),
+    ("classification", False, 300, None, 0.0),
+    ("classification", False, 430, None, 0.0),  # PLAID
+    ("classification", True, 29, None, 0.0),  # token inputs: never shifted
+    ("dense", False, 29, None, 0.0),
+    ("classification", False, 29, 0.0, 0.0),  # the flag wins
+    ("classification", False, 3500, 0.2, 0.2),
+])
+def test_random_shift_by_default_only_on_small_training_splits(kind, tokens, n_train, flag,
+                                                               expected):
+    task = SimpleNamespace(kind=kind, spatial=(100,), tokens=tokens, x_train=np.zeros((n_train, 1)))
+    assert in_effect(SearchConfig(shift=flag), task)["shift"] == expected
 
 
 @pytest.mark.parametrize(("size", "learn", "minimum", "expected"), [
