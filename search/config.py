@@ -51,7 +51,7 @@ SHORT_SMOOTHING = 0.1
 # network memorises in a few hundred steps (ArrowHead 0.50 -> 0.61, OSULeaf 0.67 -> 0.74 when
 # adopted, one seed each), but they kept the larger ones from fitting their training split: with
 # none, PLAID (430 series) and mnist5k (3500 images) rose past one std, and MNIST-1D with 500
-# training series, not tuned on, too (README "Shifts for small sets only").
+# training series, not tuned on, rose inside one (README "Shifts for small sets only").
 SMALL_SET_SAMPLES = 300
 SMALL_SET_SHIFT = 0.1
 # Validations per run, at most: each is a records row, an architecture snapshot and a checkpoint.
