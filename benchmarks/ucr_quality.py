@@ -39,6 +39,7 @@ for path in (ROOT, ROOT / "benchmarks"):
 
 from search_quality import code_state, describe_arch, fmt  # noqa: E402
 
+from dnarch_deploy.rundir import METRICS, read_jsonl  # noqa: E402
 from search.jobs import Run, execute  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "ucr_quality.md"
@@ -244,10 +245,15 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
         out.append("- Seed std on sets with ≥ 100 test series: "
                    + ", ".join(f"{t} {s:.3f}" for t, s in std_ok) + ".")
     out += ["", "## Every run", "",
-            "Its test accuracy and the validation round the result rule chose (0-based).", "",
-            "| set | variant | seed | test accuracy | chosen round |", "|---|---|---|---|---|",
+            "Its test accuracy, the validation round the result rule chose (0-based), and the "
+            "training objective of its last round (the mean over that round's steps, augmentation "
+            "and label smoothing included: near 0, or near the smoothing's floor, the network "
+            "fits its training split).", "",
+            "| set | variant | seed | test accuracy | chosen round | last training loss |",
+            "|---|---|---|---|---|---|",
             *(f"| {r.key} | {r.variant} | {r.seed} | {results[r.run_dir]['test_metric']:.3f} "
-              f"| {results[r.run_dir]['best_epoch']} |" for r in runs if r.run_dir in results)]
+              f"| {results[r.run_dir]['best_epoch']} | {fmt_loss(results[r.run_dir])} |"
+              for r in runs if r.run_dir in results)]
     out += ["", "## Architectures found (default search, first seed)", "",
             "Per block: kernel size K and resolution R per axis, widths n_in/n_mid/n_out.", "",
             *archs]
@@ -303,7 +309,8 @@ def main() -> int:
                 peers[key] = value
                 peer_cache.write_text(json.dumps({json.dumps(k): v for k, v in peers.items()}))
             else:
-                results[key.run_dir] = {**value, "n_test": _n_test(key.run_dir)}
+                results[key.run_dir] = {**value, "n_test": _n_test(key.run_dir),
+                                        "train_loss": _last_train_loss(key.run_dir)}
                 bar.update(1)
     if timings:  # this invocation trained runs: say with which code
         path = out / "invocations.json"
@@ -320,6 +327,17 @@ def main() -> int:
 
 
 _SIZES: dict[str, int] = {}
+
+
+def _last_train_loss(run_dir: Path) -> float | None:
+    """The training objective of the run's last round (metrics.jsonl), None if it has none."""
+    rows = [r for r in read_jsonl(run_dir / METRICS) if r["split"] == "train"]
+    return rows[-1]["loss_obj"] if rows else None
+
+
+def fmt_loss(result: dict) -> str:
+    loss = result.get("train_loss")
+    return "–" if loss is None else f"{loss:.3f}"
 
 
 def _n_test(run_dir: Path) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -32,11 +33,25 @@ def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
                               out=str(tmp_path), extra="", jobs=2)
     runs = U.plan_runs(tmp_path, args.tasks, args.seeds, args.variants, [])
     results = {r.run_dir: {"test_metric": acc, "best_epoch": epoch, "wall_seconds": 10.0,
-                           "n_test": 150}
-               for r, acc, epoch in zip(runs, (0.9867, 0.5), (49, 4))}
+                           "n_test": 150, "train_loss": loss}
+               for r, acc, epoch, loss in zip(runs, (0.9867, 0.5), (49, 4), (0.0123, None))}
     text = U.report(args, runs, results, {}, 1.0)
     assert "| – | 0.743 ± 0.344 |" in text  # the mean ± std the rows below make
     assert "- Mean of the base CCNN over its 1 set: 0.743." in text
     rows = text.split("## Every run")[1]
-    assert "| ucr:GunPoint | base | 0 | 0.987 | 49 |" in rows
-    assert "| ucr:GunPoint | base | 1 | 0.500 | 4 |" in rows
+    assert "| ucr:GunPoint | base | 0 | 0.987 | 49 | 0.012 |" in rows
+    assert "| ucr:GunPoint | base | 1 | 0.500 | 4 | – |" in rows  # a run with no training round
+
+
+def test_the_last_training_loss_is_the_last_train_rounds(tmp_path):
+    """metrics.jsonl's last 'train' row, past later validation and test rows; None without one."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import ucr_quality as U
+
+    rows = [{"split": "train", "loss_obj": 0.9}, {"split": "val", "loss_obj": 0.5},
+            {"split": "train", "loss_obj": 0.38}, {"split": "val", "loss_obj": 0.7},
+            {"split": "test", "loss": 0.6}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert U._last_train_loss(tmp_path) == 0.38
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"split": "test", "loss": 0.6}) + "\n")
+    assert U._last_train_loss(tmp_path) is None
