@@ -21,7 +21,7 @@ from dnarch_deploy.model import MAX_DEPTH, MAX_WIDTH, POOLINGS, ModelConfig, can
 # The automatic training length (--steps 0): AUTO_EPOCHS passes over the training split, clipped
 # to [MIN_STEPS, MAX_STEPS] optimiser steps, so that a 40-sample set still gets enough updates and
 # a 4000-sample set stops in CPU-scale time (benchmarks/ucr_quality.py measured both ends). 150,
-# not 40: at 40 passes (the 2000-step floor) PLAID's 430 series underfit (training loss ~0.5);
+# not 40: at 40 passes (the 2000-step floor) PLAID's 430 series underfit;
 # 3900 steps lift it 0.829 -> 0.842, past one std, digits ties at 4000, and MNIST-1D with 500
 # training series, not tuned on, gains 0.010 (README "Training length"). Every other bundled set
 # trains for MIN_STEPS or MAX_STEPS either way.
