@@ -282,7 +282,13 @@ def main() -> int:
         except TaskError as e:
             parser.error(str(e))
     out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    try:  # both places writable before any run: a bad --results would lose the report at the end
+        if Path(args.results).is_dir():
+            parser.error(f"--results {args.results} is a directory; give the report's file name")
+        Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.error(f"cannot write there: {e}")
     runs = plan_runs(out, args.tasks, args.seeds, args.variants, args.extra.split())
     peer_cache = out / "peers.json"
     peers = {tuple(json.loads(k)): v for k, v in json.loads(peer_cache.read_text()).items()} \
@@ -321,7 +327,6 @@ def main() -> int:
         path.write_text(json.dumps(invocations, indent=1) + "\n")
     text = report(args, runs, results, peers, time.time() - t0)
     print(text)
-    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results).write_text(text)
     return 1 if failed else 0
 

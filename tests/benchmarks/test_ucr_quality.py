@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "ucr_quality.py"
 
@@ -19,6 +21,31 @@ def test_an_unknown_task_is_refused_before_any_run_or_report(tmp_path):
     assert proc.returncode == 2
     assert "error: ucr:Nope: no bundled set named 'Nope'" in proc.stderr
     assert not out.exists() and not results.exists()
+
+
+@pytest.mark.parametrize(("where", "says"), [
+    ("out", "cannot write there"),  # --out under a file
+    ("results", "cannot write there"),  # --results under a file
+    ("results_dir", "is a directory"),
+])
+def test_an_unwritable_out_or_results_is_refused_before_any_run(tmp_path, where, says):
+    """One message and exit 2 before training, not a traceback (or a lost report) after it."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out, results = tmp_path / "runs", tmp_path / "results.md"
+    if where == "out":
+        out = blocker / "runs"
+    elif where == "results":
+        results = blocker / "results.md"
+    else:
+        results = tmp_path
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tasks", "ucr:GunPoint", "--seeds", "1",
+                           "--variants", "search", "--no-peer", "--out", str(out),
+                           "--results", str(results)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert says in proc.stderr.splitlines()[-1]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "results.md").exists()
 
 
 def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
