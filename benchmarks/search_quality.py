@@ -278,8 +278,8 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
     command = shlex.join(["python", "benchmarks/search_quality.py", *sys.argv[1:]])
     defaults = parse_args([])[0].to_dict()
     shown = ("lam", "lam_ramp", "lr", "mask_lr", "weight_decay", "warmup", "dropout", "batch_size",
-             "steps", "epochs", "shift", "label_smoothing", "mixup", "input_norm", "restarts",
-             "omega_0", "tau_resolution", "tau_width", "tau_depth", "embed_dim")
+             "steps", "epochs", "shift", "jitter", "label_smoothing", "mixup", "input_norm",
+             "restarts", "omega_0", "tau_resolution", "tau_width", "tau_depth", "embed_dim")
     in_effect = ", ".join(f"{k} {defaults[k]}" for k in shown)
     names = {r.run_dir.name for r in runs if r.run_dir in results}
     per_run = sum(v for k, v in timings["runs"].items() if k in names)

@@ -58,7 +58,8 @@ MODEL_FIELDS_BEFORE = {
 # The same for the search's flags ("train"): those added after version 1, whose defaults differ
 # from what runs written before them trained with (a resumed run must continue as it began).
 TRAIN_FIELDS_BEFORE = {"pool": MODEL_FIELDS_BEFORE["pool"], "label_smoothing": 0.0,
-                       "crop_min_length": 0}  # R was learned on every input
+                       "crop_min_length": 0,  # R was learned on every input
+                       "jitter": 0.0}
 SUMMARY_KEYS = (
     "task", "learn", "metric_name", "test_metric", "complexity_ratio", "params", "macs",
     "wall_seconds",

@@ -5,6 +5,11 @@ A random shift: each sample moves by a whole number of positions along every spa
 move, so the network is taught what global pooling already assumes: where a pattern sits matters
 less than what it is. Small training sets (tens of series) overfit without it.
 
+Jitter: Gaussian noise added to every position, its std a share of each sample's own std per
+channel (so it means the same on z-normalised series and on raw ones of any scale). A network
+cannot memorise a few dozen series point by point when the points move on every pass; it has to
+fit their shapes.
+
 Mixup (Zhang et al., 2018): each sample is blended with another of the batch, and its target with
 that sample's, by a weight drawn from Beta(alpha, alpha). The training loss then never reaches
 zero on a few dozen series, which a network otherwise memorises in a quarter of its steps.
@@ -32,6 +37,14 @@ def random_shift(x: Tensor, share: float) -> Tensor:
         index = source.clamp(0, n - 1).view(shape).expand_as(x)
         x = torch.gather(x, axis, index) * inside.view(shape)
     return x
+
+
+def jitter(x: Tensor, share: float) -> Tensor:
+    """(B, C, *S) -> (B, C, *S) plus N(0, (share * std)^2) noise at every position, std each
+    sample's own per channel over its positions (torch's global RNG)."""
+    spatial = tuple(range(2, x.dim()))
+    scale = x.std(dim=spatial, keepdim=True, correction=0)
+    return x + share * scale * torch.randn_like(x)
 
 
 def mixup(x: Tensor, y: Tensor, classes: int, alpha: float) -> tuple[Tensor, Tensor]:

@@ -37,12 +37,13 @@ from dnarch_deploy.cost import architecture_cost, architecture_params, limit_los
 from dnarch_deploy.model import canonical_learn
 
 from . import checkpoint, distributed
-from .augment import mixup, random_shift
+from .augment import jitter, mixup, random_shift
 from .config import (
     ENERGY_SHARE,
     MIN_OMEGA_0,
     SHORT_POSITIONS,
     SHORT_SMOOTHING,
+    SMALL_SET_JITTER,
     SMALL_SET_SAMPLES,
     SMALL_SET_SHIFT,
     SearchConfig,
@@ -205,19 +206,32 @@ def label_smoothing(cfg: SearchConfig, task) -> float:
     return SHORT_SMOOTHING if math.prod(task.spatial) <= SHORT_POSITIONS else 0.0
 
 
+def small_set(task) -> bool:
+    """Whether the training split is one a network memorises (see config.SMALL_SET_SAMPLES)."""
+    return len(task.x_train) < SMALL_SET_SAMPLES
+
+
 def shift_share(cfg: SearchConfig, task) -> float:
     """--shift resolved for the task (left out: see config.SMALL_SET_SAMPLES)."""
     if cfg.shift is not None:
         return cfg.shift
-    return SMALL_SET_SHIFT if len(task.x_train) < SMALL_SET_SAMPLES else 0.0
+    return SMALL_SET_SHIFT if small_set(task) else 0.0
+
+
+def jitter_share(cfg: SearchConfig, task) -> float:
+    """--jitter resolved for the task (left out: see config.SMALL_SET_JITTER)."""
+    if cfg.jitter is not None:
+        return cfg.jitter
+    return SMALL_SET_JITTER if small_set(task) else 0.0
 
 
 def in_effect(cfg: SearchConfig, task) -> dict[str, float]:
     """The augmentation and smoothing this task trains with (config.json's ``in_effect``): the
-    flags resolved, and zero where the task's kind takes none (shifts and mixing touch
+    flags resolved, and zero where the task's kind takes none (shifts, jitter and mixing touch
     classification signals and images only)."""
     signals = task.kind == "classification" and not task.tokens
     return {"shift": shift_share(cfg, task) if signals else 0.0,
+            "jitter": jitter_share(cfg, task) if signals else 0.0,
             "mixup": cfg.mixup if signals else 0.0,
             "label_smoothing": label_smoothing(cfg, task)}
 
@@ -411,7 +425,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     standard_error = functools.partial(task.standard_error, n=len(val_set))
     amp = device.type == "cuda" and cfg.amp
     effect = in_effect(cfg, task)
-    shift, mix, smoothing = effect["shift"], effect["mixup"], effect["label_smoothing"]
+    shift, noise, mix = effect["shift"], effect["jitter"], effect["mixup"]
+    smoothing = effect["label_smoothing"]
     floor = smoothed_entropy(smoothing, mcfg.out_channels)  # the least training objective
 
     bar = tqdm(total=length.steps, initial=step,
@@ -437,6 +452,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             x, y = train_set.x[idx], train_set.y[idx]
             if shift:  # drawn for the global batch on every rank, so N ranks shift as one does
                 x = random_shift(x, shift)
+            if noise:  # the same: one draw for the global batch
+                x = jitter(x, noise)
             if mix:  # the same: one draw for the global batch
                 x, y = mixup(x, y, mcfg.out_channels, mix)
             mine = slice(world.rank * local, (world.rank + 1) * local)

@@ -210,6 +210,7 @@ def test_bad_input_gives_one_clear_message(tmp_path):
         (["--crop-min-length", "-1"], "--crop-min-length must be >= 0"),
         (["--omega-0", "-1"], "--omega-0 must be >= 0 (0: automatic), got -1.0"),
         (["--mixup", "-0.2"], "--mixup must be >= 0 (0: off), got -0.2"),
+        (["--jitter", "-0.1"], "--jitter must be >= 0 (0: off), got -0.1"),
     ]
     for args, needle in cases:
         out = tmp_path / "never"
@@ -262,7 +263,9 @@ def test_config_records_what_the_run_trained_with_and_resume_accepts_it(tiny_run
 
     config = R.read_config(tiny_run)
     assert config["train"]["label_smoothing"] is None and config["train"]["shift"] is None
-    assert config["in_effect"] == {"shift": 0.1, "mixup": 0.0, "label_smoothing": 0.1}
+    assert config["train"]["jitter"] is None
+    assert config["in_effect"] == {"shift": 0.1, "jitter": 0.1, "mixup": 0.0,
+                                   "label_smoothing": 0.1}
     copy = tmp_path / "copy"
     shutil.copytree(tiny_run, copy)
     agrees = run_search("--out", str(copy), "--resume", "--label-smoothing", "0.1", check=False)
@@ -393,6 +396,25 @@ def test_random_shift_moves_each_sample_and_fills_zeros():
     assert len({tuple(s[0].tolist()) for s in y}) == 5  # every shift in -2..2 was drawn
     image = torch.arange(16, dtype=torch.float32).view(1, 1, 4, 4).repeat(8, 1, 1, 1)
     assert torch.equal(random_shift(image, 0.1), image)  # round(0.4) = 0: nothing moves
+
+
+def test_jitter_adds_noise_in_units_of_each_samples_own_spread():
+    from search.augment import jitter
+
+    scales = torch.tensor([1.0, 1000.0])  # a z-normalised series and a raw one 1000x larger
+    x = scales.view(2, 1, 1) * torch.randn(2, 1, 50_000)
+    x = torch.cat([x, torch.full((2, 1, 50_000), 7.0)], dim=1)  # channel 1: constant
+    torch.manual_seed(0)
+    y = jitter(x, 0.1)
+    noise = y - x
+    assert noise.shape == x.shape
+    # std of the noise: 0.1 of each sample's own std on channel 0 (1 and 1000), none on the
+    # constant channel, whatever the scale
+    spread = x[:, 0].std(dim=-1, correction=0)
+    assert torch.allclose(noise[:, 0].std(dim=-1), 0.1 * spread, rtol=0.02)
+    assert torch.equal(noise[:, 1], torch.zeros(2, 50_000))
+    image = torch.randn(4, 3, 8, 8)  # per sample and channel over both axes
+    assert torch.equal(jitter(image, 0.0), image)
 
 
 def test_mixup_blends_each_sample_and_its_target_by_the_same_weight():
@@ -579,10 +601,11 @@ def test_label_smoothing_by_default_only_on_short_inputs(kind, spatial, tokens, 
     ("classification", False, 29, 0.0, 0.0),  # the flag wins
     ("classification", False, 3500, 0.2, 0.2),
 ])
-def test_random_shift_by_default_only_on_small_training_splits(kind, tokens, n_train, flag,
-                                                               expected):
+def test_shift_and_jitter_by_default_only_on_small_training_splits(kind, tokens, n_train, flag,
+                                                                 expected):
     task = SimpleNamespace(kind=kind, spatial=(100,), tokens=tokens, x_train=np.zeros((n_train, 1)))
     assert in_effect(SearchConfig(shift=flag), task)["shift"] == expected
+    assert in_effect(SearchConfig(jitter=flag), task)["jitter"] == expected  # the same rule
 
 
 @pytest.mark.parametrize(("size", "learn", "minimum", "expected"), [
@@ -594,7 +617,7 @@ def test_random_shift_by_default_only_on_small_training_splits(kind, tokens, n_t
     ((8, 8), "none", 9, "none"),
 ])
 def test_the_resolution_is_learned_only_on_inputs_with_a_long_enough_axis(size, learn, minimum,
-                                                                          expected):
+                                                                            expected):
     task = SimpleNamespace(spatial=size)
     cfg = SearchConfig(learn=learn, crop_min_length=minimum)
     assert learned(cfg, task) == expected
