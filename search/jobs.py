@@ -52,13 +52,30 @@ def set_flag(flags: list[str], flag: str, value: str) -> list[str]:
 
 def saved_differences(run: Run) -> list[str]:
     """The settings in which ``run.run_dir``'s config.json differs from ``run.flags`` (none when
-    there is no config.json yet), as "name: saved X, wanted Y"."""
+    there is no config.json yet), as "name: saved X, wanted Y". A flag resolved per task agrees
+    when the run trained with the value wanted, given or resolved: ``--shift 0.1`` with a run that
+    left it out and got 0.1, or ``--shift`` left out with a run that gave what it resolves to."""
     if not (run.run_dir / R.CONFIG).exists():
         return []
-    saved = R.read_config(run.run_dir)["train"]  # flags added since read as those runs trained
-    wanted = parse_args(run.flags)[0].to_dict()
-    return [f"{k}: saved {saved.get(k)!r}, wanted {wanted[k]!r}" for k in wanted
-            if k not in IGNORED and saved.get(k) != wanted[k]]
+    config = R.read_config(run.run_dir)
+    saved = config["train"]  # flags added since read as those runs trained
+    effect = {**saved, **(config.get("in_effect") or {})}  # the values the run trained with
+    cfg = parse_args(run.flags)[0]
+    wanted = cfg.to_dict()
+    differ = [k for k in wanted
+              if k not in IGNORED and wanted[k] not in (saved.get(k), effect.get(k))]
+    if any(wanted[k] is None for k in differ):
+        resolved = _resolved(cfg)
+        differ = [k for k in differ if wanted[k] is not None or resolved.get(k) != effect.get(k)]
+    return [f"{k}: saved {saved.get(k)!r}, wanted {wanted[k]!r}" for k in differ]
+
+
+def _resolved(cfg) -> dict[str, float]:
+    """``search.train.in_effect`` of a job's settings on its task."""
+    from .tasks import load_task
+    from .train import in_effect
+
+    return in_effect(cfg, load_task(cfg.task, seed=cfg.seed, **cfg.task_options()))
 
 
 def check_saved(run: Run) -> None:

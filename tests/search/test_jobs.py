@@ -1,0 +1,52 @@
+"""A job reuses a run directory only when it computed what the job asks for."""
+
+import json
+import shutil
+
+import pytest
+
+from dnarch_deploy import rundir as R
+from search.jobs import JobError, Run, check_saved, saved_differences
+
+from .conftest import TINY
+
+
+def job(run_dir, *flags) -> Run:
+    return Run("ucr:GunPoint", "search", 0, run_dir, [*TINY, *flags])
+
+
+def test_the_same_flags_agree_and_another_value_is_named(tiny_run):
+    assert saved_differences(job(tiny_run)) == []
+    assert saved_differences(job(tiny_run, "--lr", "0.02")) == ["lr: saved 0.01, wanted 0.02"]
+    with pytest.raises(JobError, match="made with other settings .*lr: saved 0.01"):
+        check_saved(job(tiny_run, "--lr", "0.02"))
+
+
+def test_a_flag_resolved_per_task_agrees_with_the_value_the_run_trained_with(tiny_run, tmp_path):
+    """tiny_run left --shift and --jitter out, and GunPoint's 40 training series resolved both to
+    0.1: typing 0.1 asks for the same run, 0.2 for another."""
+    assert saved_differences(job(tiny_run, "--shift", "0.1", "--jitter", "0.1")) == []
+    assert saved_differences(job(tiny_run, "--shift", "0.2")) == [
+        "shift: saved None, wanted 0.2"]
+    # the other way: a run that gave --shift 0.1 is what --shift left out resolves to here
+    given = tmp_path / "given"
+    shutil.copytree(tiny_run, given)
+    config = json.loads((given / R.CONFIG).read_text())
+    config["train"]["shift"] = 0.1
+    (given / R.CONFIG).write_text(json.dumps(config))
+    assert saved_differences(job(given)) == []
+    config["train"]["shift"] = config["in_effect"]["shift"] = 0.3
+    (given / R.CONFIG).write_text(json.dumps(config))
+    assert saved_differences(job(given)) == ["shift: saved 0.3, wanted None"]
+
+
+def test_a_run_from_before_jitter_reads_as_trained_without_it(tiny_run, tmp_path):
+    """A run written before --jitter existed trained without it: it is the job of --jitter 0,
+    not of the small-set default (0.1 on GunPoint)."""
+    old = tmp_path / "old"
+    shutil.copytree(tiny_run, old)
+    config = json.loads((old / R.CONFIG).read_text())
+    del config["train"]["jitter"], config["in_effect"]["jitter"]
+    (old / R.CONFIG).write_text(json.dumps(config))
+    assert saved_differences(job(old, "--jitter", "0")) == []
+    assert saved_differences(job(old)) == ["jitter: saved 0.0, wanted None"]
