@@ -6,9 +6,8 @@ move, so the network is taught what global pooling already assumes: where a patt
 less than what it is. Small training sets (tens of series) overfit without it.
 
 Jitter: Gaussian noise added to every position, its std a share of each sample's own std per
-channel (so it means the same on z-normalised series and on raw ones of any scale). A network
-cannot memorise a few dozen series point by point when the points move on every pass; it has to
-fit their shapes.
+channel (so it means the same on z-normalised series and on raw ones of any scale). The exact
+values of a few dozen training series change on every pass; their shapes do not.
 
 Mixup (Zhang et al., 2018): each sample is blended with another of the batch, and its target with
 that sample's, by a weight drawn from Beta(alpha, alpha). The training loss then never reaches
