@@ -173,6 +173,12 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
     return config
 
 
+def trained_with(config: dict[str, Any]) -> dict[str, Any]:
+    """The values a run trained with, from its read config.json: the search's flags, those left
+    to resolve per task (``--shift``, ``--label-smoothing``, ...) as they resolved."""
+    return {**config["train"], **(config.get("in_effect") or {})}
+
+
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
     return read_json(Path(run_dir) / SUMMARY, SUMMARY_KEYS, within=run_dir)
 

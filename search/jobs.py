@@ -59,7 +59,7 @@ def saved_differences(run: Run) -> list[str]:
         return []
     config = R.read_config(run.run_dir)
     saved = config["train"]  # flags added since read as those runs trained
-    effect = {**saved, **(config.get("in_effect") or {})}  # the values the run trained with
+    effect = R.trained_with(config)
     cfg = parse_args(run.flags)[0]
     wanted = cfg.to_dict()
     differ = [k for k in wanted

@@ -61,7 +61,7 @@ def prepare_run_dir(cfg: SearchConfig, given: set[str]) -> tuple[Path, SearchCon
             raise UsageError(f"cannot resume: {e}") from None
         # a flag agrees when it equals the saved flag or the value the run trained with
         # ('--label-smoothing 0.1' where it was left out and resolved to 0.1)
-        effect = {**saved["train"], **(saved.get("in_effect") or {})}
+        effect = R.trained_with(saved)
         conflicts = [f"{_flag(k)} (saved {getattr(saved_cfg, k)!r}, given {getattr(cfg, k)!r})"
                      for k in sorted(given - RESUMABLE)
                      if getattr(cfg, k) not in (getattr(saved_cfg, k), effect[k])]

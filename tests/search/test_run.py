@@ -596,7 +596,7 @@ def test_label_smoothing_by_default_only_on_short_inputs(kind, spatial, tokens, 
     ("classification", False, 299, None, 0.1),
     ("classification", False, 300, None, 0.0),
     ("classification", False, 430, None, 0.0),  # PLAID
-    ("classification", True, 29, None, 0.0),  # token inputs: never shifted
+    ("classification", True, 29, None, 0.0),  # token inputs: never shifted or jittered
     ("dense", False, 29, None, 0.0),
     ("classification", False, 29, 0.0, 0.0),  # the flag wins
     ("classification", False, 3500, 0.2, 0.2),
