@@ -176,13 +176,13 @@ class SearchConfig:
                          "std 1), 'dataset' (the training set's channel statistics), or 'auto': "
                          "sample for classification when the training samples' scales spread over "
                          "two orders of magnitude (10th to 90th percentile), else dataset")
-    # not 0: None ('auto') is resolved per task (search.train.shift_share)
+    # not 0: None ('auto') is resolved per task (search.train.small_set_share)
     shift: float | None = _f(
         None, "random shift of each training input, at most this share of each axis either way "
         "(classification on signals and images only; 0: off); default: "
         f"{SMALL_SET_SHIFT:g} when the training split has fewer than {SMALL_SET_SAMPLES} samples, "
         "0 on larger ones")
-    # not 0: None ('auto') is resolved per task (search.train.jitter_share)
+    # not 0: None ('auto') is resolved per task (search.train.small_set_share)
     jitter: float | None = _f(
         None, "Gaussian noise added to each training input, its std this share of the sample's "
         "own std per channel (classification on signals and images only; 0: off); default: "

@@ -206,23 +206,12 @@ def label_smoothing(cfg: SearchConfig, task) -> float:
     return SHORT_SMOOTHING if math.prod(task.spatial) <= SHORT_POSITIONS else 0.0
 
 
-def small_set(task) -> bool:
-    """Whether the training split is one a network memorises (see config.SMALL_SET_SAMPLES)."""
-    return len(task.x_train) < SMALL_SET_SAMPLES
-
-
-def shift_share(cfg: SearchConfig, task) -> float:
-    """--shift resolved for the task (left out: see config.SMALL_SET_SAMPLES)."""
-    if cfg.shift is not None:
-        return cfg.shift
-    return SMALL_SET_SHIFT if small_set(task) else 0.0
-
-
-def jitter_share(cfg: SearchConfig, task) -> float:
-    """--jitter resolved for the task (left out: see config.SMALL_SET_JITTER)."""
-    if cfg.jitter is not None:
-        return cfg.jitter
-    return SMALL_SET_JITTER if small_set(task) else 0.0
+def small_set_share(given: float | None, default: float, task) -> float:
+    """A per-task augmentation flag resolved: as given, else ``default`` on training splits a
+    network memorises (fewer than config.SMALL_SET_SAMPLES samples) and 0 on larger ones."""
+    if given is not None:
+        return given
+    return default if len(task.x_train) < SMALL_SET_SAMPLES else 0.0
 
 
 def in_effect(cfg: SearchConfig, task) -> dict[str, float]:
@@ -230,8 +219,8 @@ def in_effect(cfg: SearchConfig, task) -> dict[str, float]:
     flags resolved, and zero where the task's kind takes none (shifts, jitter and mixing touch
     classification signals and images only)."""
     signals = task.kind == "classification" and not task.tokens
-    return {"shift": shift_share(cfg, task) if signals else 0.0,
-            "jitter": jitter_share(cfg, task) if signals else 0.0,
+    return {"shift": small_set_share(cfg.shift, SMALL_SET_SHIFT, task) if signals else 0.0,
+            "jitter": small_set_share(cfg.jitter, SMALL_SET_JITTER, task) if signals else 0.0,
             "mixup": cfg.mixup if signals else 0.0,
             "label_smoothing": label_smoothing(cfg, task)}
 
