@@ -222,6 +222,8 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
             deployed, cropped, conv_fft = lowered[b]
         else:  # not run: its rounded continuous sizes, lowered as the plan would
             res = tuple(min(s, max(1, round(r))) for r, s in zip(row[3 : 3 + axes], c.input_size))
+            res = tuple(r if r <= limit else s  # uncropped above the crop rule's limit
+                        for r, s, limit in zip(res, c.input_size, c.crop_limits()))
             cropped = tuple(r < s for r, s in zip(res, c.input_size))
             kernel = [2 * max(0, round((k * r / s - 1) / 2)) + 1  # odd, at resolution r
                       for k, r, s in zip(row[3 + axes :], res, c.input_size)]

@@ -19,6 +19,7 @@ The base CCNN (``learn="none"``) is the same network with no masks: global kerne
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -29,9 +30,11 @@ from torch import Tensor, nn
 
 from . import masks as M
 from .kernelnet import KernelNet
+from .operators import block_operators
 from .spectral import (
     conv_fft_sizes,
     fft_conv,
+    folded_taps,
     frequency_positions,
     masked_taps,
     resample,
@@ -44,6 +47,10 @@ INPUT_NORMS = ("dataset", "sample")
 # The global decoder's pooling over positions: the reductions whose outputs the linear head reads,
 # one weight matrix each.
 POOLINGS = {"avg": ("mean",), "avgmax": ("mean", "max")}
+# When a block crops an axis (ModelConfig.crop): "bin", from the first frequency bin below the
+# resolution mask's threshold (the paper's rule); "pays", only at resolutions where the cropped
+# block costs fewer deployed MACs than at full resolution (:func:`crop_limit`).
+CROP_RULES = ("bin", "pays")
 # A sample channel whose std is below this share of the training set's is treated as constant
 # (ModelConfig.sample_floor). Low enough to keep quiet samples: PLAID's per-sample stds span
 # 1.3e-6 to 5 times the set's, and at 1e-3 its 43% quietest training series reached the network
@@ -115,6 +122,7 @@ class ModelConfig:
     # benchmarks/ucr_quality.py) the default search's mean went 0.802 -> 0.858 (PLAID 0.58 ->
     # 0.81); ItalyPowerDemand (24 samples a series) lost 0.953 -> 0.935.
     pool: str = "avgmax"
+    crop: str = "bin"  # CROP_RULES
     input_mean: list[float] = field(default_factory=list)  # per input channel; empty = 0
     input_std: list[float] = field(default_factory=list)  # per input channel; empty = 1
     output_mean: list[float] = field(default_factory=list)  # dense targets; empty = 0
@@ -143,6 +151,8 @@ class ModelConfig:
             raise ValueError(f"input_norm must be one of {INPUT_NORMS}, got {self.input_norm!r}")
         if self.pool not in POOLINGS:
             raise ValueError(f"pool must be one of {tuple(POOLINGS)}, got {self.pool!r}")
+        if self.crop not in CROP_RULES:
+            raise ValueError(f"crop must be one of {CROP_RULES}, got {self.crop!r}")
 
     def learns(self, what: str) -> bool:
         return what in self.learn
@@ -190,10 +200,47 @@ class ModelConfig:
         return tuple(conv_fft_sizes(resolution, [2 * h + 1 for h in self.widest_half_taps(
             resolution)]))
 
+    def crop_limits(self) -> tuple[int, ...]:
+        """Per axis, the largest resolution a block crops it to: with crop="bin" the input's own
+        (a long axis's first crops round up to a fast length, which may be the input's: there
+        the block resamples to the same length, filtering by the mask); with "pays",
+        :func:`crop_limit` (0: cropping never pays there)."""
+        if self.crop == "bin":
+            return self.input_size
+        return tuple(crop_limit(self.input_size, a, self.width)
+                     for a in range(len(self.input_size)))
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["input_size"] = list(self.input_size)
         return d
+
+
+@functools.cache
+def crop_limit(input_size: tuple[int, ...], axis: int, width: int) -> int:
+    """The largest resolution of ``axis`` at which a block of ``width`` channels cropped there (the
+    other axes at full size, its kernel global) costs fewer deployed MACs
+    (:func:`~dnarch_deploy.operators.block_operators`) than the same block at full resolution,
+    which runs the resolution mask folded into its kernel; 0 where no crop pays. Only the
+    resolutions a mask can give are tried (:func:`~dnarch_deploy.spectral.resolution_for_bins`).
+    In 1-D a crop adds two dense (n x R) resamplings per channel, and pays only from about a
+    quarter to two fifths of the input down (``benchmarks/init_cost.py``)."""
+    config = ModelConfig(1, 1, input_size, width=width, learn="R")
+
+    def cost(resolution: tuple[int, ...]) -> float:
+        cropped = tuple(r < s for r, s in zip(resolution, input_size))
+        taps = folded_taps(resolution, [2 * h + 1 for h in config.widest_half_taps(resolution)],
+                           cropped, learned=True)
+        ops = block_operators(input_size, resolution, width, width, width, taps, cropped,
+                              stream=width, conv_fft=config.conv_fft(resolution, cropped))
+        return sum(op.macs for op in ops.values())
+
+    full, n = cost(input_size), input_size[axis]
+    for bins in range(n // 2, 0, -1):  # resolutions from the largest crop down
+        r = resolution_for_bins(bins, n)
+        if r < n and cost(input_size[:axis] + (r,) + input_size[axis + 1:]) < full:
+            return r
+    return 0
 
 
 @dataclass
@@ -562,17 +609,19 @@ class DNArch(nn.Module):
         x_t = M.sigmoid_inverse(mu, c.tau_resolution, c.threshold).detach().tolist()
         sizes = [list(c.input_size) for _ in range(D)]
         masks = [[None] * axes for _ in range(D)]
+        limits = c.crop_limits()
         for axis, n in enumerate(c.input_size):
             positions = frequency_positions(n, device=mu.device, dtype=mu.dtype)
             values = None
             for b in range(D):
                 bins = M.sigmoid_count(x_t[b][axis], positions.numel())
-                if bins == positions.numel():
+                r = resolution_for_bins(bins, n)
+                if bins == positions.numel() or r > limits[axis]:
                     continue
                 if values is None:  # (D, n // 2 + 1), once per axis
                     values = M.sigmoid_mask(positions, mu[:, axis, None], c.tau_resolution,
                                             c.threshold)
-                r = sizes[b][axis] = resolution_for_bins(bins, n)
+                sizes[b][axis] = r
                 masks[b][axis] = values[b, : r // 2 + 1]  # bins past the support (to r // 2): 0
         return (
             [tuple(r) for r in sizes],

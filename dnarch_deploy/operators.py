@@ -190,12 +190,25 @@ def conv_period(size: tuple[int, ...], taps: tuple[int, ...], fft_sizes: tuple[i
                  for s, k, n in zip(size, taps, fft_sizes))
 
 
+def rfft_reference_macs(n: int) -> float:
+    """Multiply-adds of one textbook real FFT (or inverse real FFT) of length n: 1.25 n log2 n, a
+    complex radix-2 FFT's 5 n log2 n flops, halved for real data, two flops per multiply-add."""
+    return 1.25 * n * math.log2(max(n, 2))
+
+
 def fft_reference_macs(n: int) -> float:
     """Multiply-adds of a textbook FFT convolution of length n per channel, the O(N log N)
-    reference the MatMul forms are held to: a real FFT and an inverse real FFT at
-    1.25 n log2 n each (a complex radix-2 FFT's 5 n log2 n flops, halved for real data, two flops
-    per multiply-add) and the spectrum product (4 per kept bin)."""
-    return 2.5 * n * math.log2(max(n, 2)) + 4 * (n // 2 + 1)
+    reference the MatMul forms are held to: a real FFT and an inverse real FFT
+    (:func:`rfft_reference_macs`) and the spectrum product (4 per kept bin)."""
+    return 2 * rfft_reference_macs(n) + 4 * (n // 2 + 1)
+
+
+def resample_reference_macs(n: int, size: int) -> float:
+    """Multiply-adds per line of a spectral resampling from n to ``size`` samples by textbook
+    FFTs: a real FFT at n and an inverse one at ``size`` (the spectrum's crop or zero padding is
+    free). What the resampling would cost where FFTs run at their operation count, against
+    :func:`resample_macs`'s MatMul forms (``benchmarks/crop_cost.py``)."""
+    return rfft_reference_macs(n) + rfft_reference_macs(size)
 
 
 def pow2_fft_length(length: int, taps: int) -> int:

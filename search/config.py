@@ -16,7 +16,14 @@ from typing import Any
 from dnarch_deploy.cli import add_fields, given_flags
 from dnarch_deploy.cost import MACS, BatchBlend, Units, latency_units
 from dnarch_deploy.latency import DEFAULT_BATCHES, LatencyTable, load_table
-from dnarch_deploy.model import MAX_DEPTH, MAX_WIDTH, POOLINGS, ModelConfig, canonical_learn
+from dnarch_deploy.model import (
+    CROP_RULES,
+    MAX_DEPTH,
+    MAX_WIDTH,
+    POOLINGS,
+    ModelConfig,
+    canonical_learn,
+)
 
 # The automatic training length (--steps 0): AUTO_EPOCHS passes over the training split, clipped
 # to [MIN_STEPS, MAX_STEPS] optimiser steps, so that a 40-sample set still gets enough updates and
@@ -171,6 +178,11 @@ class SearchConfig:
     pool: str = _model("pool", "classification decoder's pooling over positions: 'avgmax' (the "
                        "mean and the maximum of every channel, one linear head on both) or "
                        "'avg' (the mean only, the paper's)")
+    crop: str = _model("crop", "when a block crops an axis whose resolution is learned: 'bin' "
+                       "(from the first frequency bin past the resolution mask's threshold, the "
+                       "paper's) or 'pays' (only once the cropped block costs fewer deployed "
+                       "MACs than at full resolution, where the mask filters the convolution's "
+                       "spectrum)")
     # not ModelConfig's default: 'auto' is resolved per task (search.train.input_norm)
     input_norm: str = _f("auto", "input normalisation: 'sample' (each sample's channels to mean 0, "
                          "std 1), 'dataset' (the training set's channel statistics), or 'auto': "
@@ -256,6 +268,8 @@ class SearchConfig:
             (self.jitter is None or self.jitter >= 0,
              f"--jitter must be >= 0 (0: off), got {self.jitter}"),
             (self.restarts >= 0, f"--restarts must be >= 0, got {self.restarts}"),
+            (self.crop in CROP_RULES, f"--crop must be one of {', '.join(CROP_RULES)}, "
+             f"got {self.crop!r}"),
             (self.input_norm in ("auto", "sample", "dataset"), f"--input-norm must be auto, "
              f"sample or dataset, got {self.input_norm!r}"),
             (self.pool in POOLINGS, f"--pool must be one of {', '.join(POOLINGS)}, "

@@ -442,3 +442,77 @@ def test_every_fft_runs_in_float32_under_bfloat16_autocast(input_size, monkeypat
     assert out.dtype == torch.bfloat16  # autocast was on: bfloat16 flowed through the blocks
     assert seen and set(seen) <= {torch.float32, torch.complex64}, set(seen)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def _block_macs(size: tuple[int, ...], resolution: tuple[int, ...], width: int) -> float:
+    """A block of ``width`` channels at ``resolution`` with its global kernel, as crop_limit
+    prices it: the deployed operators' MACs."""
+    from dnarch_deploy.operators import block_operators
+    from dnarch_deploy.spectral import folded_taps
+
+    c = tiny_config(input_size=size, width=width, learn="R")
+    cropped = tuple(r < s for r, s in zip(resolution, size))
+    taps = folded_taps(resolution, [2 * h + 1 for h in c.widest_half_taps(resolution)],
+                       cropped, learned=True)
+    return sum(op.macs for op in block_operators(
+        size, resolution, width, width, width, taps, cropped, stream=width,
+        conv_fft=c.conv_fft(resolution, cropped)).values())
+
+
+@pytest.mark.parametrize("size", [(150,), (40,), (16, 12)])
+def test_the_crop_limit_is_the_largest_resolution_whose_crop_costs_less(size):
+    """crop_limit: the cropped block costs less than the full-resolution one there, and at every
+    larger resolution a mask can give it costs at least as much."""
+    from dnarch_deploy.spectral import resolution_for_bins
+
+    full = _block_macs(size, size, 4)
+    for axis, n in enumerate(size):
+        limit = model_module.crop_limit(size, axis, 4)
+        assert 0 < limit < n
+        if len(size) == 1:  # its two dense resamplings outweigh what a first crop saves
+            assert limit < n - 1
+        cost = {r: _block_macs(size, size[:axis] + (r,) + size[axis + 1:], 4)
+                for r in {resolution_for_bins(k, n) for k in range(1, n // 2 + 1)} - {n}}
+        assert cost[limit] < full
+        assert all(c >= full for r, c in cost.items() if r > limit)
+    assert tiny_config(input_size=size).crop_limits() == size  # "bin": every crop
+
+
+def test_crop_pays_computes_at_full_resolution_until_a_crop_costs_less():
+    """With crop="pays" a mask whose support gives a resolution above the limit leaves the block
+    at full resolution, filtering its convolution's spectrum (the mask stays in the loss); below
+    the limit the block crops as with "bin". The search pays for what runs either way, and above
+    the limit less than the "bin" rule's block at the same mask."""
+    from dnarch_deploy import describe
+    from dnarch_deploy.cost import architecture_cost
+
+    size = (150,)
+    limit = model_module.crop_limit(size, 0, 4)
+    for share, crops in ((0.8, False), (0.5 * limit / 150, True)):
+        costs = {}
+        for rule in ("bin", "pays"):
+            model = tiny_model(0, input_size=size, learn="KR", crop=rule)
+            c = model.config
+            with torch.no_grad():
+                model.mask_res.fill_(M.sigmoid_mu_for_size(share, c.tau_resolution, 1))
+            p = model.plan().blocks[0]
+            if rule == "bin" or crops:
+                assert p.resolution[0] <= (limit if crops else 149) and p.m_res is not None
+            else:
+                assert p.resolution == size and p.m_res is None
+                assert p.conv_mask is not None and p.conv_mask.min() < 0.1  # filtered
+                out = model(inputs(model))
+                (g,) = torch.autograd.grad(out.square().mean(), model.mask_res)
+                assert (g[: len(model.plan().blocks)] != 0).all()
+            with torch.no_grad():
+                costs[rule] = float(model_cost(model)["total"])
+            assert costs[rule] == pytest.approx(architecture_cost(describe(model)), rel=1e-9)
+        if crops:
+            assert costs["pays"] == pytest.approx(costs["bin"], rel=1e-12)
+        else:
+            assert costs["pays"] < costs["bin"]
+
+
+def test_an_unknown_crop_rule_is_refused():
+    with pytest.raises(ValueError, match="crop must be one of"):
+        tiny_config(crop="sometimes")
