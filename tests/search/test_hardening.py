@@ -117,6 +117,17 @@ def test_a_budget_outside_the_search_space_is_refused_with_the_range(capsys, tmp
     assert not out.exists()
 
 
+def test_without_a_budget_term_any_budget_is_accepted(capsys, tmp_path):
+    """--lam 0: nothing holds the search to its budget, which only scales the reported ratio, so
+    one outside the reachable range is no error (1.5 with --learn K, refused above)."""
+    out = tmp_path / "run"
+    code, err = search(capsys, *FAST, "--learn", "K", "--budget", "1.5", "--lam", "0",
+                       "--out", out)
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["budget"] == 1.5 and summary["complexity_ratio"] < 1
+
+
 def test_reachable_costs_are_those_of_the_masks_extreme_networks():
     """The largest DNArch(K) network is the base CCNN (global kernels); learning widths, depth
     and resolution reaches 2D blocks of 2H channels at the dearest resolution (a crop adds
