@@ -7,11 +7,11 @@ where a textbook FFT would take ~1.25 (n log2 n + size log2 size)
 (``dnarch_deploy.operators.resample_reference_macs``). The paper prices resampling at the FFT's
 count (its appendix C), which is why its DNArch(K,R) without a budget finds cheaper networks.
 
-For each group of run directories (same task, ``--learn``, λ and budget), this prints the found
-networks' deployed cost over the base CCNN's (the search's own figure, ``complexity_ratio`` for
-``--cost macs``), the share of it that is resampling, the cost with the resampling left out, and
-the cost with the resampling priced at the textbook FFT's count. It trains nothing: it reads
-``config.json``, ``summary.json`` and ``architecture.json``.
+For each group of run directories (same task, ``--learn``, ``--crop``, λ and budget), this
+prints the found networks' deployed cost over the base CCNN's (the search's own figure,
+``complexity_ratio`` for ``--cost macs``), the share of it that is resampling, the cost with the
+resampling left out, and the cost with the resampling priced at the textbook FFT's count. It
+trains nothing: it reads ``config.json``, ``summary.json`` and ``architecture.json``.
 
     python benchmarks/crop_cost.py OUT/ucr-OSULeaf-KR-lam0-s*      # search_quality.py run dirs
     python benchmarks/crop_cost.py OUT/*-KR-lam0-s* --out crop_cost.md
@@ -66,7 +66,8 @@ def run_row(run_dir: Path) -> dict:
     size = arch.input_size
     lowest = min(math.prod(b.resolution) / math.prod(size) for b in arch.blocks)
     train = config["train"]
-    key = (config["task"], config["model"]["learn"], train["lam"], train["budget"])
+    key = (config["task"], config["model"]["learn"], config["model"].get("crop", "bin"),
+           train["lam"], train["budget"])
     return {"key": key, "metric": summary["metric_name"], "test": summary["test_metric"],
             "cost": total / base, "share": exported / total,
             "without": (total - exported) / base,
@@ -82,13 +83,13 @@ def table(rows: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault(r["key"], []).append(r)
-    lines = ["| task | learn | λ | budget | runs | test metric | deployed cost / base | "
+    lines = ["| task | learn | crop | λ | budget | runs | test metric | deployed cost / base | "
              "resampling share of it | without resampling / base | resampling at FFT count / "
-             "base | lowest R |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (task, learn, lam, budget), g in groups.items():
+             "base | lowest R |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (task, learn, crop, lam, budget), g in groups.items():
         col = {name: [r[name] for r in g] for name in g[0] if name not in ("key", "metric")}
         lines.append(
-            f"| {task} | {learn} | {lam:g} | {budget:g} | {len(g)} | {g[0]['metric']} "
+            f"| {task} | {learn} | {crop} | {lam:g} | {budget:g} | {len(g)} | {g[0]['metric']} "
             f"{mean_std(col['test'])} | {mean_std(col['cost'])} | {mean_std(col['share'], 2)} | "
             f"{mean_std(col['without'])} | {mean_std(col['fft'])} | "
             f"{mean_std(col['lowest'], 2)} |")
