@@ -216,29 +216,33 @@ class ModelConfig:
         return d
 
 
+def block_macs(input_size: tuple[int, ...], resolution: tuple[int, ...], width: int) -> float:
+    """The deployed MACs per sample (:func:`~dnarch_deploy.operators.block_operators`) of a block
+    of ``width`` channels with R learned and a global kernel, at ``resolution``: cropped on the
+    axes where it is below ``input_size``, elsewhere running the resolution mask folded into its
+    kernel."""
+    config = ModelConfig(1, 1, input_size, width=width, learn="R")
+    cropped = tuple(r < s for r, s in zip(resolution, input_size))
+    taps = folded_taps(resolution, [2 * h + 1 for h in config.widest_half_taps(resolution)],
+                       cropped, learned=True)
+    ops = block_operators(input_size, resolution, width, width, width, taps, cropped,
+                          stream=width, conv_fft=config.conv_fft(resolution, cropped))
+    return sum(op.macs for op in ops.values())
+
+
 @functools.cache
 def crop_limit(input_size: tuple[int, ...], axis: int, width: int) -> int:
-    """The largest resolution of ``axis`` at which a block of ``width`` channels cropped there (the
-    other axes at full size, its kernel global) costs fewer deployed MACs
-    (:func:`~dnarch_deploy.operators.block_operators`) than the same block at full resolution,
-    which runs the resolution mask folded into its kernel; 0 where no crop pays. Only the
-    resolutions a mask can give are tried (:func:`~dnarch_deploy.spectral.resolution_for_bins`).
-    In 1-D a crop adds two dense (n x R) resamplings per channel, and pays only from about a
-    quarter to two fifths of the input down (``benchmarks/init_cost.py``)."""
-    config = ModelConfig(1, 1, input_size, width=width, learn="R")
-
-    def cost(resolution: tuple[int, ...]) -> float:
-        cropped = tuple(r < s for r, s in zip(resolution, input_size))
-        taps = folded_taps(resolution, [2 * h + 1 for h in config.widest_half_taps(resolution)],
-                           cropped, learned=True)
-        ops = block_operators(input_size, resolution, width, width, width, taps, cropped,
-                              stream=width, conv_fft=config.conv_fft(resolution, cropped))
-        return sum(op.macs for op in ops.values())
-
-    full, n = cost(input_size), input_size[axis]
+    """The largest resolution of ``axis`` at which a block cropped there (the other axes at full
+    size) costs fewer deployed MACs than at full resolution (:func:`block_macs`); 0 where no crop
+    pays. Only the resolutions a mask can give are tried
+    (:func:`~dnarch_deploy.spectral.resolution_for_bins`). In 1-D a crop adds two dense (n x R)
+    resamplings per channel, and pays only from about a quarter to two fifths of the input down
+    (``benchmarks/init_cost.py``)."""
+    full, n = block_macs(input_size, input_size, width), input_size[axis]
     for bins in range(n // 2, 0, -1):  # resolutions from the largest crop down
         r = resolution_for_bins(bins, n)
-        if r < n and cost(input_size[:axis] + (r,) + input_size[axis + 1:]) < full:
+        if r < n and block_macs(input_size, input_size[:axis] + (r,) + input_size[axis + 1:],
+                                width) < full:
             return r
     return 0
 

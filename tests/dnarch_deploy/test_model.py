@@ -444,34 +444,24 @@ def test_every_fft_runs_in_float32_under_bfloat16_autocast(input_size, monkeypat
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
-def _block_macs(size: tuple[int, ...], resolution: tuple[int, ...], width: int) -> float:
-    """A block of ``width`` channels at ``resolution`` with its global kernel, as crop_limit
-    prices it: the deployed operators' MACs."""
-    from dnarch_deploy.operators import block_operators
-    from dnarch_deploy.spectral import folded_taps
-
-    c = tiny_config(input_size=size, width=width, learn="R")
-    cropped = tuple(r < s for r, s in zip(resolution, size))
-    taps = folded_taps(resolution, [2 * h + 1 for h in c.widest_half_taps(resolution)],
-                       cropped, learned=True)
-    return sum(op.macs for op in block_operators(
-        size, resolution, width, width, width, taps, cropped, stream=width,
-        conv_fft=c.conv_fft(resolution, cropped)).values())
-
-
 @pytest.mark.parametrize("size", [(150,), (40,), (16, 12)])
 def test_the_crop_limit_is_the_largest_resolution_whose_crop_costs_less(size):
     """crop_limit: the cropped block costs less than the full-resolution one there, and at every
     larger resolution a mask can give it costs at least as much."""
     from dnarch_deploy.spectral import resolution_for_bins
 
-    full = _block_macs(size, size, 4)
+    full = model_module.block_macs(size, size, 4)
+    # the initial network's blocks, as the cost model and export price them
+    from dnarch_deploy import describe
+    from dnarch_deploy.cost import layer_costs
+    initial = describe(tiny_model(0, input_size=size, width=4, learn="R"))
+    assert layer_costs(initial)["blocks.0"] == pytest.approx(full, rel=1e-12)
     for axis, n in enumerate(size):
         limit = model_module.crop_limit(size, axis, 4)
         assert 0 < limit < n
         if len(size) == 1:  # its two dense resamplings outweigh what a first crop saves
             assert limit < n - 1
-        cost = {r: _block_macs(size, size[:axis] + (r,) + size[axis + 1:], 4)
+        cost = {r: model_module.block_macs(size, size[:axis] + (r,) + size[axis + 1:], 4)
                 for r in {resolution_for_bins(k, n) for k in range(1, n // 2 + 1)} - {n}}
         assert cost[limit] < full
         assert all(c >= full for r, c in cost.items() if r > limit)
