@@ -33,7 +33,12 @@ from search_quality import code_state  # noqa: E402
 
 from dnarch_deploy.cost import architecture_cost, architecture_operators  # noqa: E402
 from dnarch_deploy.operators import resample_macs, resample_reference_macs  # noqa: E402
-from dnarch_deploy.rundir import read_architecture, read_config, read_summary  # noqa: E402
+from dnarch_deploy.rundir import (  # noqa: E402
+    RunError,
+    read_architecture,
+    read_config,
+    read_summary,
+)
 
 
 def resampling_macs(arch) -> tuple[float, float]:
@@ -104,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(d) for d in args.run_dirs if not (d / "summary.json").is_file()]
     if missing:
         p.error("not a finished run directory (no summary.json): " + ", ".join(missing))
-    rows = [run_row(d) for d in args.run_dirs]
+    try:
+        rows = [run_row(d) for d in args.run_dirs]
+    except RunError as e:  # a damaged config.json, summary.json or architecture.json
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     command = shlex.join(["python", "benchmarks/crop_cost.py",
                           *(sys.argv[1:] if argv is None else argv)])
     report = (f"`{command}`  \n{code_state()}; torch {torch.__version__}. Costs in deployed "

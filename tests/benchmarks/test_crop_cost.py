@@ -57,3 +57,15 @@ def test_a_path_that_is_not_a_finished_run_is_refused(tmp_path):
                            str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and str(tmp_path / "nope") in proc.stderr
     assert "Traceback" not in proc.stderr and not out.exists()
+
+
+def test_a_damaged_run_is_one_message_and_no_report(tmp_path):
+    run = tmp_path / "run"
+    run_search(*TINY, "--learn", "KRWD", "--out", str(run))
+    (run / R.ARCHITECTURE).write_text("{not json")
+    out = tmp_path / "out.md"
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(run), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error:")
+    assert "architecture.json" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
