@@ -20,16 +20,14 @@ trains nothing: it reads ``config.json``, ``summary.json`` and ``architecture.js
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from search_quality import code_state  # noqa: E402
+from search_quality import code_state, fmt, lowest_resolution  # noqa: E402
 
 from dnarch_deploy.cost import architecture_cost, architecture_operators  # noqa: E402
 from dnarch_deploy.operators import resample_macs, resample_reference_macs  # noqa: E402
@@ -68,20 +66,13 @@ def run_row(run_dir: Path) -> dict:
     base = float(config["base_macs"])
     total = architecture_cost(arch)
     exported, reference = resampling_macs(arch)
-    size = arch.input_size
-    lowest = min(math.prod(b.resolution) / math.prod(size) for b in arch.blocks)
     train = config["train"]
     key = (config["task"], config["model"]["learn"], config["model"].get("crop", "bin"),
            train["lam"], train["budget"])
     return {"key": key, "metric": summary["metric_name"], "test": summary["test_metric"],
             "cost": total / base, "share": exported / total,
             "without": (total - exported) / base,
-            "fft": (total - exported + reference) / base, "lowest": lowest}
-
-
-def mean_std(values: list[float], digits: int = 3) -> str:
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.{digits}f} ± {std:.{digits}f}"
+            "fft": (total - exported + reference) / base, "lowest": lowest_resolution(summary)}
 
 
 def table(rows: list[dict]) -> str:
@@ -95,9 +86,8 @@ def table(rows: list[dict]) -> str:
         col = {name: [r[name] for r in g] for name in g[0] if name not in ("key", "metric")}
         lines.append(
             f"| {task} | {learn} | {crop} | {lam:g} | {budget:g} | {len(g)} | {g[0]['metric']} "
-            f"{mean_std(col['test'])} | {mean_std(col['cost'])} | {mean_std(col['share'], 2)} | "
-            f"{mean_std(col['without'])} | {mean_std(col['fft'])} | "
-            f"{mean_std(col['lowest'], 2)} |")
+            f"{fmt(col['test'])} | {fmt(col['cost'])} | {fmt(col['share'], 2)} | "
+            f"{fmt(col['without'])} | {fmt(col['fft'])} | {fmt(col['lowest'], 2)} |")
     return "\n".join(lines)
 
 

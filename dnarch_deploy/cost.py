@@ -214,7 +214,7 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
     # the stream is as wide as the widest channel a block in use reads or writes
     widest = sizes[ran, 0:3:2].max() if c.learns("W") and ran else None
     stream = c.max_width if widest is None else round(float(widest.detach()))
-    conv_taps, operators = [], []
+    conv_taps, operators, crop_limits = [], [], c.crop_limits()
     for b, row in enumerate(hard.tolist()):
         n_in, n_mid, n_out = (max(1, round(v)) for v in row[:3])
         if b in lowered:
@@ -223,7 +223,7 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
         else:  # not run: its rounded continuous sizes, lowered as the plan would
             res = tuple(min(s, max(1, round(r))) for r, s in zip(row[3 : 3 + axes], c.input_size))
             res = tuple(r if r <= limit else s  # uncropped above the crop rule's limit
-                        for r, s, limit in zip(res, c.input_size, c.crop_limits()))
+                        for r, s, limit in zip(res, c.input_size, crop_limits))
             cropped = tuple(r < s for r, s in zip(res, c.input_size))
             kernel = [2 * max(0, round((k * r / s - 1) / 2)) + 1  # odd, at resolution r
                       for k, r, s in zip(row[3 + axes :], res, c.input_size)]
