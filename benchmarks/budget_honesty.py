@@ -285,6 +285,24 @@ def front_table(sweeps: dict[str, dict]) -> list[str]:
     return lines
 
 
+def points_table(sweeps: dict[str, dict]) -> list[str]:
+    """Table 4: every point of every sweep (the base family by WIDTHxDEPTH, the searches by
+    budget), mean ± std over seeds of its test metric, deployed MACs and measured latency."""
+    batches = next((list(map(str, p["batches"])) for p in sweeps.values()), ["1", "32"])
+    lines = ["| task | model | test metric | MMAC / sample | "
+             + " | ".join(f"ms B={b}" for b in batches) + " |",
+             "|---|---|---|---|" + "---|" * len(batches)]
+    for task, pareto in sweeps.items():
+        points = {f"base {k}": rows for k, rows in base_points(pareto).items()}
+        for budget in sorted({r["budget"] for r in pareto["rows"] if r["kind"] == "search"}):
+            points[f"search, budget {budget:g}"] = searches(pareto, budget)
+        for name, rows in points.items():
+            ms = " | ".join(fmt([r["ms"][b] for r in rows]) for b in batches)
+            lines.append(f"| {task} | {name} | {fmt([r['test_metric'] for r in rows])} | "
+                         f"{fmt([r['macs'] / 1e6 for r in rows])} | {ms} |")
+    return lines
+
+
 def targets(checks: list[bool | None], verdicts: dict[float, dict[str, str | None]],
             sweeps: dict[str, dict | str], budgets: list[float]) -> list[str]:
     """The targets of issue 15, met or missed (two are not measured here)."""
@@ -428,6 +446,14 @@ def report(args, sweeps: dict[str, dict | str], invocations: list[dict]) -> str:
         "Target: on or above at ≥ 2 of 4 budgets.",
         "",
         *front_table(done),
+        "",
+        "## Every point",
+        "",
+        "Each model of the sweeps, mean ± std over seeds: the base family by WIDTHxDEPTH, the "
+        "searches by budget (MMAC: the deployed network's multiply-accumulates per sample, the "
+        "cost model's: summary.json's macs).",
+        "",
+        *points_table(done),
     ]) + "\n"
 
 

@@ -18,9 +18,9 @@ SCRIPT = ROOT / "benchmarks" / "budget_honesty.py"
 
 def row(kind: str, seed: int, ms1: float, ms32: float, metric: float, macs: float,
         budget: float | None = None, width: int = 32, depth: int = 4) -> dict:
-    """A pareto.json row; searches grew from the base CCNN_{4,32}."""
+    """A pareto.json row; searches grew from the base CCNN_{4,32}. ``macs`` in thousands."""
     return {"kind": kind, "budget": budget, "width": width, "depth": depth, "seed": seed,
-            "test_metric": metric, "ms": {"1": ms1, "32": ms32}, "macs": macs, "params": 1,
+            "test_metric": metric, "ms": {"1": ms1, "32": ms32}, "macs": macs * 1e3, "params": 1,
             "run_dir": f"runs/{kind}-{seed}", "pareto": {"1": False, "32": False}}
 
 
@@ -119,3 +119,13 @@ def test_report_only_tables_and_targets(tmp_path: Path):
             "on ≥ 2 of 3 tasks: **missed** (1 of 2: ucr:GunPoint; no base point at equal "
             "latency on digits)") in targets
     assert "At budget 0.5," in targets and "**missed** (0 of 1)" in targets
+
+    # table 4: every point, mean ± std over the 2 seeds (MACs in millions)
+    points = text[text.index("## Every point"):]
+    assert cells(points, "| ucr:GunPoint | base 16x4 |")[2:] == [
+        "0.910 ± 0.014", "0.300 ± 0.000", "1.000 ± 0.000", "8.000 ± 0.000"]
+    assert cells(points, "| ucr:GunPoint | search, budget 0.25 |")[2:] == [
+        "0.860 ± 0.014", "0.260 ± 0.014", "0.550 ± 0.071", "7.000 ± 0.000"]
+    assert cells(points, "| digits | base 32x4 |")[2:] == [
+        "0.950 ± 0.000", "1.000 ± 0.000", "2.000 ± 0.000", "20.000 ± 0.000"]
+    assert not any(ln.startswith("| digits | search, budget 0.5 |") for ln in points.splitlines())
