@@ -485,20 +485,25 @@ def main(argv: list[str] | None = None) -> int:
                          "directory that exists is resumed)")
     out = Path(args.out)
     path = out / "invocations.json"
-    invocations = json.loads(path.read_text()) if path.exists() else []
+    try:
+        invocations = json.loads(path.read_text()) if path.exists() else []
+    except (OSError, ValueError) as e:
+        parser.error(f"{path} cannot be read: {e}")
     failed = [] if args.report_only else run_sweeps(args, rest, invocations, path)
+    if failed:
+        print(f"error: the sweep of {', '.join(failed)} failed (above); the same command "
+              "continues it", file=sys.stderr)
     sweeps = load(out, args.tasks)
+    if all(isinstance(p, str) for p in sweeps.values()):  # nothing to report: results untouched
+        why = "; ".join(f"{task}: {problem}" for task, problem in sweeps.items())
+        print(f"error: no sweep in {out} has a usable pareto.json ({why}); {args.results} "
+              "not written", file=sys.stderr)
+        return 1
     text = report(args, sweeps, invocations)
     print(text)
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results).write_text(text)
-    if failed:
-        print(f"error: the sweep of {', '.join(failed)} failed (above); the same command "
-              "continues it", file=sys.stderr)
-    if all(isinstance(p, str) for p in sweeps.values()):
-        print(f"error: no sweep in {out} has a pareto.json (the tasks' sweeps above)",
-              file=sys.stderr)
-    return 1 if failed or all(isinstance(p, str) for p in sweeps.values()) else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -129,3 +129,31 @@ def test_report_only_tables_and_targets(tmp_path: Path):
     assert cells(points, "| digits | base 32x4 |")[2:] == [
         "0.950 ± 0.000", "1.000 ± 0.000", "2.000 ± 0.000", "20.000 ± 0.000"]
     assert not any(ln.startswith("| digits | search, budget 0.5 |") for ln in points.splitlines())
+
+
+def test_report_only_without_sweeps_writes_nothing(tmp_path: Path):
+    """A wrong --out or a damaged pareto.json: one error naming it, exit 1, and the results file
+    left as it was; a damaged invocations.json: one usage error, exit 2."""
+    results = tmp_path / "bh.md"
+    results.write_text("earlier report\n")
+    damaged = tmp_path / "bh" / "ucr-GunPoint"
+    damaged.mkdir(parents=True)
+    (damaged / S.PARETO).write_text("{broken")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for out, problem in ((tmp_path / "missing", "file not found"),
+                         (tmp_path / "bh", "not valid JSON")):
+        proc = subprocess.run([sys.executable, str(SCRIPT), "--report-only", "--tasks",
+                               "ucr:GunPoint", "--out", str(out), "--results", str(results)],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        assert proc.returncode == 1 and proc.stdout == ""
+        assert proc.stderr.count("error:") == 1
+        assert f"no sweep in {out} has a usable pareto.json (ucr:GunPoint: " in proc.stderr
+        assert problem in proc.stderr and f"{results} not written" in proc.stderr
+        assert results.read_text() == "earlier report\n"
+    (tmp_path / "bh" / "invocations.json").write_text("[{")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--report-only", "--tasks",
+                           "ucr:GunPoint", "--out", str(tmp_path / "bh"), "--results",
+                           str(results)], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=120)
+    assert proc.returncode == 2 and "invocations.json cannot be read" in proc.stderr
+    assert results.read_text() == "earlier report\n"
