@@ -2,15 +2,21 @@
 # The CUDA path, checked on a lent GPU machine in one short call (benchmarks/results/cuda_check.md):
 # training with bfloat16 autocast (the --amp default) and without, torchrun with NCCL, --cost
 # latency, export of GPU-trained runs (equivalence, the batch axis of model.onnx and model.pt2),
-# the training step on CUDA (model_step.py), and a SIGKILL + --resume (benchmarks/cuda_resume.py).
+# the training step on CUDA (step_profile.py: where its time goes; model_step.py: against the base),
+# and a SIGKILL + --resume (benchmarks/cuda_resume.py).
 #
 #   bash benchmarks/cuda_check.sh prepare DIR        # here, with sktime: DIR/GunPoint.npz, DIR/ACSF1.npz
 #   bash benchmarks/cuda_check.sh run DIR            # there (no sktime, no network): the checks
+#   bash benchmarks/cuda_check.sh step DIR           # there: the training step alone (~4 min)
+#
+# `run` takes about 8 minutes (its searches are capped at 240 s each), `step` about 4: one call
+# each fits the 10-minute limit of a call, both together do not.
 #
 # The GPU machine has no sktime, so the UCR sets travel as npz files with the task's own split.
 set -u
-mode=${1:?usage: cuda_check.sh prepare|run DIR}
-dir=${2:?usage: cuda_check.sh prepare|run DIR}
+mode=${1:?usage: cuda_check.sh prepare|run|step DIR}
+dir=${2:?usage: cuda_check.sh prepare|run|step DIR}
+case $mode in prepare|run|step) ;; *) echo "usage: cuda_check.sh prepare|run|step DIR" >&2; exit 2;; esac
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 
 if [ "$mode" = prepare ]; then
@@ -29,6 +35,12 @@ fi
 
 W=/tmp/cuda-check-runs; mkdir -p $W
 log() { echo "=== $* ($(date +%T))"; }
+if [ "$mode" = step ]; then
+  log step_profile; timeout 120 python3 benchmarks/step_profile.py --device cuda --top 20
+  log model_step; timeout 150 python3 benchmarks/model_step.py --devices cuda --reps 3 \
+    --out ${OUT:-$W}/model_step_cuda.md | grep "^|"
+  log done; exit
+fi
 run() { local name=$1; shift; log "$name: $*"
         /usr/bin/time -f "$name wall %e s" timeout 240 "$@" 2>&1 | grep -av "step/s" | tail -25; }
 npz=npz:$dir/GunPoint.npz
@@ -70,5 +82,4 @@ for b in (1, 7):
     print("batch", b, "onnx", a.shape, "pt2", c.shape, "max diff", float(np.abs(a - c).max()))
 PY
 log resume; DEV=cuda timeout 120 python3 benchmarks/cuda_resume.py $dir/GunPoint.npz
-log model_step; timeout 150 python3 benchmarks/model_step.py --devices cuda --reps 3 --out ${OUT:-$W}/model_step_cuda.md | grep "^|"
 log done
