@@ -1,5 +1,5 @@
 #!/bin/bash
-# The CUDA path, checked on a lent GPU machine in one short call (benchmarks/results/cuda_check.md):
+# The CUDA path, checked on a lent GPU machine in short calls (benchmarks/results/cuda_check.md):
 # training with bfloat16 autocast (the --amp default) and without, torchrun with NCCL, --cost
 # latency, export of GPU-trained runs (equivalence, the batch axis of model.onnx and model.pt2),
 # the training step on CUDA (step_profile.py: where its time goes; model_step.py: against the base),
@@ -7,10 +7,10 @@
 #
 #   bash benchmarks/cuda_check.sh prepare DIR        # here, with sktime: DIR/GunPoint.npz, DIR/ACSF1.npz
 #   bash benchmarks/cuda_check.sh run DIR            # there (no sktime, no network): the checks
-#   bash benchmarks/cuda_check.sh step DIR           # there: the training step alone (~4 min)
+#   bash benchmarks/cuda_check.sh step DIR           # there: the training step alone
 #
-# `run` takes about 8 minutes (its searches are capped at 240 s each), `step` about 4: one call
-# each fits the 10-minute limit of a call, both together do not.
+# `run` took 8.3 minutes at cf72742 (its searches are capped at 240 s each), `step` takes at most
+# 4.5 (capped at 120 and 150 s): one call each fits the 10-minute limit of a call, both do not.
 #
 # The GPU machine has no sktime, so the UCR sets travel as npz files with the task's own split.
 set -u
@@ -38,7 +38,7 @@ log() { echo "=== $* ($(date +%T))"; }
 if [ "$mode" = step ]; then
   log step_profile; timeout 120 python3 benchmarks/step_profile.py --device cuda --top 20
   log model_step; timeout 150 python3 benchmarks/model_step.py --devices cuda --reps 3 \
-    --out ${OUT:-$W}/model_step_cuda.md | grep "^|"
+    --out ${OUT:-$W}/model_step_cuda.md 2>&1 | grep -a "^|\|Error\|Traceback"
   log done; exit
 fi
 run() { local name=$1; shift; log "$name: $*"
