@@ -14,6 +14,12 @@ real and imaginary parts as two leading blocks, read by step (4) as they are (ex
 813fe2d), against the layout before it, real and imaginary parts side by side and a Transpose
 between steps (3) and (4) (:class:`TransposedInverse`, kept here for the comparison).
 
+A third times the filter's complex product between the two halves in three forms: export's
+(real and imaginary parts cut apart, four Mul, a Sub and an Add, joined again), one broadcast Mul
+with the 2x2 real block of each bin and a ReduceSum (:class:`BlockFilter`), and the spectrum
+times [g_re | g_re] plus its halves swapped times [-g_im | g_im] (:class:`SwappedFilter`): fewer
+nodes each, kept here for the comparison.
+
     python benchmarks/four_step.py
     python benchmarks/four_step.py --quick    # the two shortest cases
 """
@@ -34,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dnarch_deploy.operators import FOUR_STEP_N2, fft_factors, multistep_macs  # noqa: E402
 from dnarch_deploy.spectral import conv_fft_length, direct_conv  # noqa: E402
 from export.emit import to_onnx  # noqa: E402
+from export.resampling import forward_half  # noqa: E402
 from export.tactics import MatMulFFTConv  # noqa: E402
 from export.timing import measure, runner, session  # noqa: E402
 
@@ -62,6 +69,60 @@ class TransposedInverse(MatMulFFTConv):
         y = torch.matmul(self.back, z)  # (4)
         s2 = self.back.shape[0]
         return y.reshape(s2, -1, r1).transpose(0, 1).reshape(-1, s2 * r1)
+
+
+class BlockFilter(MatMulFFTConv):
+    """The filter's product as one broadcast Mul and a ReduceSum: per bin, [re, im] times the
+    real 2x2 block [[g_re, g_im], [-g_im, g_re]], summed over the input part."""
+
+    def __init__(self, kernel: torch.Tensor, size: tuple[int, ...]):
+        super().__init__(kernel, size)
+        re, im = self.g_re, self.g_im  # (P1, 1, C, N2)
+        rows = [torch.stack([re, im], -2), torch.stack([-im, re], -2)]
+        self.register_buffer("g_block", torch.stack(rows, -3))  # (P1, 1, C, 2, 2, N2)
+
+    def _forward_four_step(self, x: torch.Tensor) -> torch.Tensor:
+        (rows, r1), c, p = self.grid, self.channels, self.bins
+        z = forward_half(x, self.first, self.second).reshape(p, -1, c, 2, 1, r1)
+        z = (z * self.g_block).sum(-3)
+        return self._inverse(z.reshape(p, -1, 2 * r1)).reshape(-1, c, rows * r1)
+
+
+class SwappedFilter(MatMulFFTConv):
+    """The filter's product as z [g_re | g_re] + [im | re] [-g_im | g_im]."""
+
+    def __init__(self, kernel: torch.Tensor, size: tuple[int, ...]):
+        super().__init__(kernel, size)
+        self.register_buffer("g_same", torch.cat([self.g_re, self.g_re], -1))
+        self.register_buffer("g_swapped", torch.cat([-self.g_im, self.g_im], -1))
+
+    def _forward_four_step(self, x: torch.Tensor) -> torch.Tensor:
+        (rows, r1), c, p = self.grid, self.channels, self.bins
+        z = forward_half(x, self.first, self.second).reshape(p, -1, c, 2 * r1)
+        swapped = torch.cat([z[..., r1:], z[..., :r1]], -1)
+        z = z * self.g_same + swapped * self.g_swapped
+        return self._inverse(z.reshape(p, -1, 2 * r1)).reshape(-1, c, rows * r1)
+
+
+def timed_rows(opt: argparse.Namespace, forms: tuple[type, ...], header: str) -> None:
+    """One row per case and batch: each form's median ms and its time against the first's
+    (export's), equal outputs checked first."""
+    print(f"\n| channels | length | batch | grid | {header} |")
+    print("|---" * (4 + len(forms)) + "|")
+    for channels, length in CASES[:2] if opt.quick else CASES:
+        kernel = torch.randn(channels, 2 * length - 1)
+        modules = [form(kernel, (length,)) for form in forms]
+        x = torch.randn(2, channels, length)
+        assert all(torch.allclose(modules[0](x), m(x), atol=1e-5) for m in modules[1:])
+        for batch in opt.batch:
+            x = torch.randn(batch, channels, length)
+            graphs = [to_onnx(m, (x,)) for m in modules]
+            fns = [runner(session(g, 1), {g.graph.input[0].name: x.numpy()}) for g in graphs]
+            ms = [r["median_ms"] for r in measure(fns, opt.repeats)]
+            cells = [f"{ms[0]:.3f}"] + [f"{t:.3f} ({t / ms[0]:.2f})" for t in ms[1:]]
+            grid = "x".join(map(str, modules[0].n))
+            print(f"| {channels} | {length} | {batch} | {grid} | {' | '.join(cells)} |",
+                  flush=True)
 
 
 def inverse_layouts(opt: argparse.Namespace) -> None:
@@ -122,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                      for g, t in zip(grids, ms)]
             print(f"| {channels} | {length} | {taps} | {batch} | {'; '.join(cells)} |", flush=True)
     inverse_layouts(opt)
+    timed_rows(opt, (MatMulFFTConv, BlockFilter, SwappedFilter),
+               "ms: filter as export's | as a 2x2 block (/ export's) | swapped (/ export's)")
     return 0
 
 

@@ -1,7 +1,7 @@
 """benchmarks/four_step.py --quick as a user runs it: per case and batch one row, the fewest-MACs
 grid first, the grid export picks (FOUR_STEP_N2) marked; then the inverse half's two layouts
-(export's against the Transpose form), equal outputs checked before timing; and the grid argument
-it relies on."""
+(export's against the Transpose form) and the filter product's three forms, equal outputs checked
+before timing; and the grid argument it relies on."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def test_quick_run_prints_each_grid_with_the_picked_one_marked():
          "--repeats", "2"], capture_output=True, text=True, check=True,
         env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600).stdout
     rows = [line for line in out.splitlines() if line.startswith("| ") and "grid" not in line]
-    assert len(rows) == 4
-    layouts, rows = rows[2:], rows[:2]
+    assert len(rows) == 6
+    filters, layouts, rows = rows[4:], rows[2:4], rows[:2]
     # a global kernel on 150 samples: fewest MACs at N2 = 7, the multiple of 8 export picks 16
     assert "| 32 | 150 | 299 | 1 | 43x7: " in rows[0] and "*19x16: " in rows[0]
     assert "| 64 | 256 | 511 | 1 | 47x11: " in rows[1] and "*32x16: " in rows[1]
@@ -36,8 +36,26 @@ def test_quick_run_prints_each_grid_with_the_picked_one_marked():
     for row in layouts:
         by_part, transposed, ratio = (float(c) for c in row.strip("| ").split(" | ")[4:])
         assert ratio == pytest.approx(by_part / transposed, abs=0.03)  # ms rounded
+    # the filter's three forms: export's ms, then each other form's ms and its ratio to it
+    assert filters[0].startswith("| 32 | 150 | 1 | 19x16 | ")
+    for row in filters:
+        cells = row.strip("| ").split(" | ")[4:]
+        ours = float(cells[0])
+        for cell in cells[1:]:
+            ms, ratio = cell.split(" (")
+            assert float(ratio.rstrip(")")) == pytest.approx(float(ms) / ours, abs=0.03)
 
 
 def test_a_grid_too_small_for_the_kernel_is_refused():
     with pytest.raises(ValueError, match=r"factors \(8, 8\) do not reach the FFT length 224"):
         MatMulFFTConv(torch.randn(2, 149), (150,), factors=(8, 8))
+
+
+def test_the_filter_forms_compute_the_same_convolution():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from four_step import BlockFilter, SwappedFilter
+
+    kernel, x = torch.randn(4, 299), torch.randn(3, 4, 150)
+    reference = MatMulFFTConv(kernel, (150,))(x)
+    for form in (BlockFilter, SwappedFilter):
+        torch.testing.assert_close(form(kernel, (150,))(x), reference, atol=1e-5, rtol=1e-5)
