@@ -7,16 +7,16 @@
 #
 #   bash benchmarks/cuda_check.sh prepare DIR        # here, with sktime: DIR/GunPoint.npz, DIR/ACSF1.npz
 #   bash benchmarks/cuda_check.sh run DIR            # there (no sktime, no network): the checks
-#   bash benchmarks/cuda_check.sh step DIR           # there: the training step alone
+#   bash benchmarks/cuda_check.sh step               # there: the training step alone
 #
 # `run` took 8.3 minutes at cf72742 (its searches are capped at 240 s each), `step` takes at most
 # 4.5 (capped at 120 and 150 s): one call each fits the 10-minute limit of a call, both do not.
 #
 # The GPU machine has no sktime, so the UCR sets travel as npz files with the task's own split.
 set -u
-mode=${1:?usage: cuda_check.sh prepare|run|step DIR}
-dir=${2:?usage: cuda_check.sh prepare|run|step DIR}
-case $mode in prepare|run|step) ;; *) echo "usage: cuda_check.sh prepare|run|step DIR" >&2; exit 2;; esac
+usage="usage: cuda_check.sh prepare DIR | run DIR | step"
+mode=${1:?$usage}
+case $mode in prepare|run) dir=${2:?$usage};; step) ;; *) echo "$usage" >&2; exit 2;; esac
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 
 if [ "$mode" = prepare ]; then
@@ -37,8 +37,10 @@ W=/tmp/cuda-check-runs; mkdir -p $W
 log() { echo "=== $* ($(date +%T))"; }
 if [ "$mode" = step ]; then
   log step_profile; timeout 120 python3 benchmarks/step_profile.py --device cuda --top 20
+  echo "step_profile exit $?"
   log model_step; timeout 150 python3 benchmarks/model_step.py --devices cuda --reps 3 \
     --out ${OUT:-$W}/model_step_cuda.md 2>&1 | grep -a "^|\|Error\|Traceback"
+  echo "model_step exit ${PIPESTATUS[0]} (124: stopped by its timeout)"
   log done; exit
 fi
 run() { local name=$1; shift; log "$name: $*"

@@ -1,9 +1,9 @@
 """The first difference as a second input channel: a screen of an input representation.
 
 For each bundled UCR/UEA set named, two `npz:` tasks on one split (the task's seed-0 train / val /
-test): *raw*, the series as the task gives them, and *diff*, each channel followed by its first
-difference x[t] - x[t-1] (0 at t = 0) as more channels. Shape-based sets (leaf outlines,
-arrowheads) are where derivative features are said to help nearest-neighbour classifiers. Both
+test): *raw*, the series as the task gives them, and *diff*, the channels and then their first
+differences x[t] - x[t-1] (0 at t = 0) as more channels, a common extra input for series that
+trace a shape's outline (leaves, arrowheads). Both
 tasks are searched with every flag at its default by `benchmarks/ucr_quality.py` (search only, no
 peer), two runs at a time, one thread each; its report is this screen's table.
 
@@ -48,12 +48,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="bundled UCR/UEA sets (python -m search.tasks lists them)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", default="runs/first_difference", help="data and runs go here")
-    parser.add_argument("--results", default=str(ROOT / "benchmarks" / "results"
-                                                  / "ucr_quality_first_difference.md"))
+    parser.add_argument("--results", default=None, help="the report (default: OUT/report.md; "
+                        "benchmarks/results/ucr_quality_first_difference.md is one)")
     args = parser.parse_args(argv)
     from dnarch_deploy.tasks import TaskError
 
     data = Path(args.out).resolve() / "data"
+    results = args.results or str(Path(args.out).resolve() / "report.md")
     try:
         data.mkdir(parents=True, exist_ok=True)
         tasks = [f"npz:{p}" for name in args.sets for p in write_pair(name, data)]
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     command = [sys.executable, str(ROOT / "benchmarks" / "ucr_quality.py"), "--tasks", *tasks,
                "--variants", "search", "--no-peer", "--seeds", str(args.seeds),
-               "--out", str(Path(args.out).resolve() / "runs"), "--results", args.results]
+               "--out", str(Path(args.out).resolve() / "runs"), "--results", results]
     return subprocess.call(command)
 
 

@@ -29,14 +29,16 @@ for path in (ROOT, ROOT / "benchmarks"):
 from model_step import SHAPES, make_step  # noqa: E402
 
 from dnarch_deploy import DNArch, ModelConfig  # noqa: E402
+from search.train import flush_denormals  # noqa: E402
 
 WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cudaEventSynchronize")
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
 COPIES = ("cudaMemcpyAsync",)
 
 
-def counts(prof, steps: int) -> dict[str, float]:
-    """Per step: top-level aten operators, kernel launches, async copies and waits."""
+def counts(prof, steps: int, closing_wait: bool = False) -> dict[str, float]:
+    """Per step: top-level aten operators, kernel launches, async copies and waits
+    (``closing_wait``: less the profile's own closing synchronize)."""
     events = list(prof.events())
     names = collections.Counter(e.name for e in events)
     top = sum(1 for e in events if e.name.startswith("aten::")
@@ -44,7 +46,7 @@ def counts(prof, steps: int) -> dict[str, float]:
     return {"aten ops": top / steps,
             "kernel launches": sum(names[n] for n in LAUNCHES) / steps,
             "async copies": sum(names[n] for n in COPIES) / steps,
-            "waits": sum(names[n] for n in WAITS) / steps}
+            "waits": (sum(names[n] for n in WAITS) - closing_wait) / steps}
 
 
 def profile_variant(learn: str, shape: str, width: int, device: torch.device, steps: int,
@@ -59,14 +61,16 @@ def profile_variant(learn: str, shape: str, width: int, device: torch.device, st
     step = make_step(model, x, y, 1.0)
     for _ in range(3):  # warm-up: allocator, cuFFT plans
         step()
+    if device.type == "cuda":  # nothing of the warm-up left in the profiled window
+        torch.cuda.synchronize(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
                                            else [])
     with profile(activities=activities) as prof:
         for _ in range(steps):
             step()
-        if device.type == "cuda":
+        if device.type == "cuda":  # the steps' kernels finish inside the window
             torch.cuda.synchronize(device)
-    figures = counts(prof, steps)
+    figures = counts(prof, steps, closing_wait=device.type == "cuda")
     lines = [f"### {shape}, H={width}, {'base' if learn == 'none' else 'DNArch init'} "
              f"({device.type}, {steps} steps)", "",
              " | ".join(f"{k}: {v:.0f}" for k, v in figures.items()) + " per step", "",
@@ -88,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1 or args.top < 1:
         parser.error("--steps and --top must be >= 1")
     device = torch.device(args.device)
+    flush_denormals()  # as search.run trains and model_step.py times
     for learn in ("none", "KRWD"):
         print(profile_variant(learn, args.shape, args.width, device, args.steps, args.top))
     return 0

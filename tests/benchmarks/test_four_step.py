@@ -38,8 +38,10 @@ def test_quick_run_prints_each_grid_with_the_picked_one_marked():
         assert ratio == pytest.approx(by_part / transposed, abs=0.03)  # ms rounded
     # the filter's three forms: export's ms, then each other form's ms and its ratio to it
     assert filters[0].startswith("| 32 | 150 | 1 | 19x16 | ")
+    assert filters[1].startswith("| 64 | 256 | 1 | 32x16 | ")
     for row in filters:
         cells = row.strip("| ").split(" | ")[4:]
+        assert len(cells) == 3
         ours = float(cells[0])
         for cell in cells[1:]:
             ms, ratio = cell.split(" (")
