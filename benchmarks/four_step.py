@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dnarch_deploy.operators import FOUR_STEP_N2, fft_factors, multistep_macs  # noqa: E402
 from dnarch_deploy.spectral import conv_fft_length, direct_conv  # noqa: E402
 from export.emit import to_onnx  # noqa: E402
-from export.resampling import forward_half  # noqa: E402
 from export.tactics import MatMulFFTConv  # noqa: E402
 from export.timing import measure, runner, session  # noqa: E402
 
@@ -81,11 +80,10 @@ class BlockFilter(MatMulFFTConv):
         rows = [torch.stack([re, im], -2), torch.stack([-im, re], -2)]
         self.register_buffer("g_block", torch.stack(rows, -3))  # (P1, 1, C, 2, 2, N2)
 
-    def _forward_four_step(self, x: torch.Tensor) -> torch.Tensor:
-        (rows, r1), c, p = self.grid, self.channels, self.bins
-        z = forward_half(x, self.first, self.second).reshape(p, -1, c, 2, 1, r1)
-        z = (z * self.g_block).sum(-3)
-        return self._inverse(z.reshape(p, -1, 2 * r1)).reshape(-1, c, rows * r1)
+    def _filter(self, z: torch.Tensor) -> torch.Tensor:
+        p, c, r1 = z.shape[0], z.shape[2], z.shape[-1] // 2
+        blocks = z.reshape(p, -1, c, 2, 1, r1)  # (P1, B, C, 2, 1, N2)
+        return (blocks * self.g_block).sum(-3).flatten(-2)
 
 
 class SwappedFilter(MatMulFFTConv):
@@ -96,12 +94,10 @@ class SwappedFilter(MatMulFFTConv):
         self.register_buffer("g_same", torch.cat([self.g_re, self.g_re], -1))
         self.register_buffer("g_swapped", torch.cat([-self.g_im, self.g_im], -1))
 
-    def _forward_four_step(self, x: torch.Tensor) -> torch.Tensor:
-        (rows, r1), c, p = self.grid, self.channels, self.bins
-        z = forward_half(x, self.first, self.second).reshape(p, -1, c, 2 * r1)
+    def _filter(self, z: torch.Tensor) -> torch.Tensor:
+        r1 = z.shape[-1] // 2
         swapped = torch.cat([z[..., r1:], z[..., :r1]], -1)
-        z = z * self.g_same + swapped * self.g_swapped
-        return self._inverse(z.reshape(p, -1, 2 * r1)).reshape(-1, c, rows * r1)
+        return z * self.g_same + swapped * self.g_swapped
 
 
 def timed_rows(opt: argparse.Namespace, forms: tuple[type, ...], header: str) -> None:

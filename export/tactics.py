@@ -292,9 +292,14 @@ class MatMulFFTConv(nn.Module):
         steps (1)-(2) and (3)-(4)) around the filter, in :func:`_four_step`'s layouts."""
         (rows, r1), c, p = self.grid, self.channels, self.bins
         z = forward_half(x, self.first, self.second).reshape(p, -1, c, 2 * r1)  # (P1, B, C, .)
+        return self._inverse(self._filter(z).reshape(p, -1, 2 * r1)).reshape(-1, c, rows * r1)
+
+    def _filter(self, z: Tensor) -> Tensor:
+        """The product with the filter's spectrum, (P1, B, C, re | im N2) in and out (other forms
+        of it measured slower: ``benchmarks/four_step.py``, third table)."""
+        r1 = z.shape[-1] // 2
         re, im = z[..., :r1], z[..., r1:]
-        z = torch.cat([re * self.g_re - im * self.g_im, re * self.g_im + im * self.g_re], -1)
-        return self._inverse(z.reshape(p, -1, 2 * r1)).reshape(-1, c, rows * r1)
+        return torch.cat([re * self.g_re - im * self.g_im, re * self.g_im + im * self.g_re], -1)
 
     def _inverse(self, z: Tensor) -> Tensor:
         """The four-step's inverse half: (P1, lines, re | im N2) -> (lines, rows R1)."""
