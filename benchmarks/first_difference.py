@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", default="runs/first_difference", help="data and runs go here")
     parser.add_argument("--results", default=None, help="the report (default: OUT/report.md; "
-                        "benchmarks/results/ucr_quality_first_difference.md is one)")
+                        "the committed one: benchmarks/results/ucr_quality_first_difference.md)")
     args = parser.parse_args(argv)
     from dnarch_deploy.tasks import TaskError
 
