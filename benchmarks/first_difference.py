@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
     data = Path(args.out).resolve() / "data"
     results = args.results or str(Path(args.out).resolve() / "report.md")
+    if Path(results).is_dir():  # before any file is written (ucr_quality.py would refuse it)
+        parser.error(f"--results {results} is a directory; give the report's file name")
     try:
         data.mkdir(parents=True, exist_ok=True)
         tasks = [f"npz:{p}" for name in args.sets for p in write_pair(name, data)]

@@ -147,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--quick", action="store_true", help="the two shortest cases only")
     opt = p.parse_args(argv)
+    if min(opt.batch) < 1 or opt.repeats < 1:
+        p.error(f"--batch and --repeats must be >= 1, got {opt.batch} and {opt.repeats}")
     torch.set_num_threads(1)
     torch.manual_seed(0)
     print(f"Command: `python benchmarks/four_step.py {' '.join(argv or sys.argv[1:])}`  ")

@@ -46,3 +46,11 @@ def test_a_set_that_is_not_bundled_is_one_error(tmp_path):
     assert result.returncode == 2
     assert "no bundled set named 'Nope'" in result.stderr
     assert not (tmp_path / "o" / "data" / "Nope-raw.npz").exists()
+
+
+def test_results_that_is_a_directory_is_refused_before_any_file(tmp_path):
+    result = subprocess.run([sys.executable, str(SCRIPT), "--sets", "GunPoint", "--out",
+                             str(tmp_path / "o"), "--results", str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "is a directory" in result.stderr
+    assert not (tmp_path / "o").exists()

@@ -61,3 +61,9 @@ def test_the_filter_forms_compute_the_same_convolution():
     reference = MatMulFFTConv(kernel, (150,))(x)
     for form in (BlockFilter, SwappedFilter):
         torch.testing.assert_close(form(kernel, (150,))(x), reference, atol=1e-5, rtol=1e-5)
+
+
+def test_a_batch_below_one_is_one_error():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "four_step.py"), "--batch",
+                           "0"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--batch and --repeats must be >= 1" in proc.stderr
