@@ -5,6 +5,7 @@ For each bundled UCR/UEA set and each seed, on the same split (the task's train/
 - the base CCNN with the same recipe (`--learn none`; UCR/UEA sets);
 - MiniRocket + a ridge classifier (sktime's transformer, fitted on train + val: no selection
   needed), timed here;
+- a plain 1-D CNN, the FCN of Wang et al. (2017), trained here on train + val (:func:`fcn`);
 - the published 1-NN (Euclidean) and InceptionTime figures of the task table (search/tasks/ucr.py).
 On the 2-D sets (mnist5k, digits) a LeNet-style CNN trained here on the same split stands in for
 the peers. Runs are real `search.run` processes, two at a time, one thread each, reused when their
@@ -47,7 +48,8 @@ UCR = ["ucr:GunPoint", "ucr:ItalyPowerDemand", "ucr:ArrowHead", "ucr:OSULeaf", "
        "ucr:BasicMotions", "ucr:JapaneseVowels", "ucr:PLAID"]
 IMAGES = ["digits", "mnist5k"]
 VARIANTS = {"search": "KRWD", "base": "none"}
-NAMES = {"search": "default search", "base": "base CCNN", "peer": "peer (MiniRocket / LeNet)"}
+NAMES = {"search": "default search", "base": "base CCNN", "peer": "peer (MiniRocket / LeNet)",
+         "fcn": "plain CNN (FCN)"}
 
 
 def plan_runs(out: Path, tasks: list[str], seeds: int, variants: list[str],
@@ -142,6 +144,68 @@ def lenet(task_name: str, seed: int, epochs: int = 30) -> tuple[float, float]:
     return accuracy(xte, yte), time.perf_counter() - t0
 
 
+# The plain CNN peer: the fully convolutional network of Wang et al. (2017), the usual deep
+# baseline of time-series classification (three conv-BN-ReLU layers of 8, 5 and 3 taps, global
+# average pooling, a linear head). The published one has 128 / 256 / 128 channels and trains for
+# 2000 epochs; here half the width and the default search's floor of 2000 steps, so that it fits
+# the same CPU time as a search.
+FCN_WIDTH = 64
+FCN_STEPS = 2000
+
+
+def fcn(task_name: str, seed: int, steps: int = FCN_STEPS,
+        width: int = FCN_WIDTH) -> tuple[float, float]:
+    """(test accuracy, seconds) of the FCN above, fitted like MiniRocket on train + val with no
+    selection: Adam at 1e-3 with cosine decay, batch 16, its last weights on test. Inputs are
+    normalised as the default search's ``--input-norm auto`` does for the set."""
+    import numpy as np
+    import torch
+    from torch import nn
+
+    from search.config import SearchConfig
+    from search.tasks import load_task
+    from search.train import input_norm
+
+    task = load_task(task_name, seed=seed)
+    torch.manual_seed(seed)
+    x = torch.as_tensor(np.concatenate([task.x_train, task.x_val]), dtype=torch.float32)
+    y = torch.as_tensor(np.concatenate([task.y_train, task.y_val]))
+    x_test = torch.as_tensor(task.x_test, dtype=torch.float32)
+    if input_norm(SearchConfig(), task) == "sample":
+        def normalise(v):
+            return (v - v.mean(-1, keepdim=True)) / v.std(-1, keepdim=True).clamp_min(1e-8)
+    else:
+        mean = torch.as_tensor(task.x_mean, dtype=torch.float32)[:, None]
+        std = torch.as_tensor(task.x_std, dtype=torch.float32)[:, None]
+
+        def normalise(v):
+            return (v - mean) / std
+    x, x_test = normalise(x), normalise(x_test)
+    layers, channels = [], task.in_channels
+    for taps, out in ((8, width), (5, 2 * width), (3, width)):
+        layers += [nn.ConstantPad1d(((taps - 1) // 2, taps // 2), 0.0),  # 'same', even taps too
+                   nn.Conv1d(channels, out, taps), nn.BatchNorm1d(out), nn.ReLU()]
+        channels = out
+    net = nn.Sequential(*layers, nn.AdaptiveAvgPool1d(1), nn.Flatten(),
+                        nn.Linear(width, task.out_channels))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    batch, g = min(16, len(y)), torch.Generator().manual_seed(seed)
+    t0 = time.perf_counter()
+    net.train()
+    for _ in range(steps):
+        idx = torch.randint(len(y), (batch,), generator=g)
+        loss = nn.functional.cross_entropy(net(x[idx]), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    net.eval()
+    with torch.no_grad():
+        accuracy = float((net(x_test).argmax(1) == torch.as_tensor(task.y_test)).float().mean())
+    return accuracy, time.perf_counter() - t0
+
+
 def peer(task: str, seed: int) -> tuple[str, float, float]:
     import torch
 
@@ -149,6 +213,18 @@ def peer(task: str, seed: int) -> tuple[str, float, float]:
     if task.startswith("ucr:"):
         return ("MiniRocket", *minirocket(task, seed))
     return ("LeNet", *lenet(task, seed))
+
+
+def plain_cnn(task: str, seed: int) -> tuple[str, float, float]:
+    import torch
+
+    torch.set_num_threads(1)
+    return ("FCN", *fcn(task, seed))
+
+
+def has_fcn(task: str) -> bool:
+    """The FCN peer runs on 1-D signals (the UCR/UEA sets); the images have the LeNet."""
+    return task.startswith("ucr:")
 
 
 def anchors(task: str) -> dict:
@@ -159,13 +235,15 @@ def anchors(task: str) -> dict:
     return ANCHORS.get(task[4:], {})
 
 
-def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) -> str:
+def report(args, runs: list[Run], results: dict, peers: dict, cnns: dict,
+           seconds: float) -> str:
     import torch
 
-    lines = ["| set | test series | default search | base CCNN | peer | 1-NN | InceptionTime "
-             "| search s/run | base s/run | peer s/run | stalled runs (restarted) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    means = {}  # set -> {"search": mean, "base": mean, "peer": mean}
+    lines = ["| set | test series | default search | base CCNN | peer | plain CNN (FCN) | 1-NN "
+             "| InceptionTime | search s/run | base s/run | peer s/run | FCN s/run "
+             "| stalled runs (restarted) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    means = {}  # set -> {"search": mean, "base": mean, "peer": mean, "fcn": mean}
     one_nn_ok, std_ok, archs = [], [], []
     for task in args.tasks:
         cell, walls, restarts = {}, {}, []
@@ -180,12 +258,14 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
             restarts += [s.get("restarts", 0) for s in rs]
         peer_rows = [peers[(task, s)] for s in range(args.seeds) if (task, s) in peers]
         peer_acc = [p[1] for p in peer_rows]
+        cnn_rows = [cnns[(task, s)] for s in range(args.seeds) if (task, s) in cnns]
+        cnn_acc = [p[1] for p in cnn_rows]
         a = anchors(task)
         n_test = results[next(r.run_dir for r in runs if r.key == task
                               and r.run_dir in results)]["n_test"] if cell.get("search") else 0
         means[task] = {key: statistics.mean(values) for key, values in (
-            ("search", cell.get("search")), ("base", cell.get("base")), ("peer", peer_acc))
-            if values}
+            ("search", cell.get("search")), ("base", cell.get("base")), ("peer", peer_acc),
+            ("fcn", cnn_acc)) if values}
         if cell.get("search") and "1nn_ed" in a:
             one_nn_ok.append(statistics.mean(cell["search"]) >= a["1nn_ed"])
         if cell.get("search") and len(cell["search"]) > 1 and n_test >= 100:
@@ -194,9 +274,12 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
         lines.append(
             f"| {task} | {n_test} | {fmt(cell.get('search', []))} | {fmt(cell.get('base', []))} "
             f"| {f'{peer_rows[0][0]} {fmt(peer_acc)}' if peer_rows else '–'} "
+            f"| {fmt(cnn_acc) if cnn_rows else '–'} "
             f"| {a.get('1nn_ed', '–')} | {a.get('inceptiontime_split0', '–')} "
             f"| {fmt(walls.get('search', []), 0)} | {fmt(walls.get('base', []), 0)} "
-            f"| {fmt([p[2] for p in peer_rows], 1)} | {stalled} of {len(restarts)} |")
+            f"| {fmt([p[2] for p in peer_rows], 1)} "
+            f"| {fmt([p[2] for p in cnn_rows], 0) if cnn_rows else '–'} "
+            f"| {stalled} of {len(restarts)} |")
         done = [r for r in runs if r.key == task and r.variant == "search"
                 and r.run_dir in results]
         if done:
@@ -208,7 +291,7 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
         "# Default search quality on the bundled sets",
         "",
         "Each cell: test accuracy, mean ± std over seeds, same split for every method (the task's "
-        "train / val / test; MiniRocket fits train + val). *default search* is "
+        "train / val / test; MiniRocket and the FCN fit train + val). *default search* is "
         "`python -m search.run --task T --seed S` with no other flag; *base CCNN* adds "
         "`--learn none`; s/run is a run's training time (summary.json wall_seconds, plus the "
         "seconds of a stalled attempt it restarted after).",
@@ -231,7 +314,7 @@ def report(args, runs: list[Run], results: dict, peers: dict, seconds: float) ->
         if done:
             sets = f"{len(done)} set" + ("s" if len(done) > 1 else "")
             out.append(f"- Mean of the {NAMES[v]} over its {sets}: {statistics.mean(done):.3f}.")
-    for (a, b) in (("search", "base"), ("search", "peer")):
+    for (a, b) in (("search", "base"), ("search", "peer"), ("search", "fcn")):
         both = [m for m in means.values() if a in m and b in m]
         if both:
             ahead = sum(m[a] > m[b] for m in both)
@@ -267,7 +350,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
     parser.add_argument("--tasks", nargs="*", default=UCR + IMAGES)
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--no-peer", action="store_true", help="skip MiniRocket / LeNet")
+    parser.add_argument("--no-peer", action="store_true",
+                        help="skip the peers (MiniRocket / LeNet and the FCN)")
     parser.add_argument("--extra", default="", help="more search.run flags for every run, for "
                         "ablations (use another --out)")
     parser.add_argument("--results", default=str(RESULTS), help="markdown file to write")
@@ -291,8 +375,8 @@ def main() -> int:
         parser.error(f"cannot write there: {e}")
     runs = plan_runs(out, args.tasks, args.seeds, args.variants, args.extra.split())
     peer_cache = out / "peers.json"
-    peers = {tuple(json.loads(k)): v for k, v in json.loads(peer_cache.read_text()).items()} \
-        if peer_cache.exists() else {}
+    peers, cnns = ({tuple(json.loads(k)): v for k, v in json.loads(path.read_text()).items()}
+                   if path.exists() else {} for path in (peer_cache, out / "fcn.json"))
     t0, code = time.time(), code_state()  # at the start: the code the runs load
     results, failed, timings = {}, [], {}
     with ThreadPoolExecutor(args.jobs) as pool, tqdm(total=len(runs), desc="runs",
@@ -302,18 +386,21 @@ def main() -> int:
             for task in args.tasks:
                 for seed in range(args.seeds):
                     if (task, seed) not in peers:
-                        futures[pool.submit(peer, task, seed)] = (task, seed)
+                        futures[pool.submit(peer, task, seed)] = ("peer", task, seed)
+                    if has_fcn(task) and (task, seed) not in cnns:
+                        futures[pool.submit(plain_cnn, task, seed)] = ("fcn", task, seed)
         for future in as_completed(futures):
             key = futures[future]
             try:
                 value = future.result()
             except Exception as e:  # noqa: BLE001 - report every failure, keep the others
-                failed.append(key)  # a Run or a (task, seed) of a peer
+                failed.append(key)  # a Run or a peer's (which, task, seed)
                 print(f"FAILED {key}: {e}", file=sys.stderr)
                 continue
-            if isinstance(key, tuple):
-                peers[key] = value
-                peer_cache.write_text(json.dumps({json.dumps(k): v for k, v in peers.items()}))
+            if isinstance(key, tuple):  # (which peer, task, seed)
+                cache, path = (peers, peer_cache) if key[0] == "peer" else (cnns, out / "fcn.json")
+                cache[key[1:]] = value
+                path.write_text(json.dumps({json.dumps(k): v for k, v in cache.items()}))
             else:
                 results[key.run_dir] = {**value, "n_test": _n_test(key.run_dir),
                                         "train_loss": _last_train_loss(key.run_dir)}
@@ -325,7 +412,7 @@ def main() -> int:
                             "code": code, "trained": len(timings),
                             "seconds": round(time.time() - t0)})
         path.write_text(json.dumps(invocations, indent=1) + "\n")
-    text = report(args, runs, results, peers, time.time() - t0)
+    text = report(args, runs, results, peers, cnns, time.time() - t0)
     print(text)
     Path(args.results).write_text(text)
     return 1 if failed else 0

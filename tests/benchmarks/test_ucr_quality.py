@@ -62,8 +62,11 @@ def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
     results = {r.run_dir: {"test_metric": acc, "best_epoch": epoch, "wall_seconds": 10.0,
                            "n_test": 150, "train_loss": loss}
                for r, acc, epoch, loss in zip(runs, (0.9867, 0.5), (49, 4), (0.0123, None))}
-    text = U.report(args, runs, results, {}, 1.0)
+    cnns = {("ucr:GunPoint", 0): ["FCN", 0.98, 30.0], ("ucr:GunPoint", 1): ["FCN", 0.96, 34.0]}
+    text = U.report(args, runs, results, {}, cnns, 1.0)
     assert "| – | 0.743 ± 0.344 |" in text  # the mean ± std the rows below make
+    assert "| 0.970 ± 0.014 | 0.913 |" in text  # the FCN's two seeds, then the 1-NN anchor
+    assert "| 32 ± 3 |" in text  # the FCN's seconds a run
     assert "- Mean of the base CCNN over its 1 set: 0.743." in text
     rows = text.split("## Every run")[1]
     assert "| ucr:GunPoint | base | 0 | 0.987 | 49 | 0.012 |" in rows
@@ -82,3 +85,18 @@ def test_the_last_training_loss_is_the_last_train_rounds(tmp_path):
     assert U._last_train_loss(tmp_path) == 0.38
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"split": "test", "loss": 0.6}) + "\n")
     assert U._last_train_loss(tmp_path) is None
+
+
+def test_the_fcn_peer_learns_a_bundled_set_on_its_split():
+    """The plain CNN peer trains on train + val and scores the task's test split: on GunPoint
+    (150 test series, two classes) 300 steps are far above chance; the same seed gives the same
+    figure."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import torch
+    import ucr_quality as U
+
+    torch.set_num_threads(1)
+    accuracy, seconds = U.fcn("ucr:GunPoint", seed=0, steps=300, width=16)
+    assert 0.8 <= accuracy <= 1.0 and seconds > 0
+    assert U.fcn("ucr:GunPoint", seed=0, steps=300, width=16)[0] == accuracy
+    assert U.has_fcn("ucr:PLAID") and not U.has_fcn("digits")
