@@ -261,8 +261,7 @@ def report(args, runs: list[Run], results: dict, peers: dict, cnns: dict,
         cnn_rows = [cnns[(task, s)] for s in range(args.seeds) if (task, s) in cnns]
         cnn_acc = [p[1] for p in cnn_rows]
         a = anchors(task)
-        n_test = results[next(r.run_dir for r in runs if r.key == task
-                              and r.run_dir in results)]["n_test"] if cell.get("search") else 0
+        n_test = _test_series(task)
         means[task] = {key: statistics.mean(values) for key, values in (
             ("search", cell.get("search")), ("base", cell.get("base")), ("peer", peer_acc),
             ("fcn", cnn_acc)) if values}
@@ -402,8 +401,7 @@ def main() -> int:
                 cache[key[1:]] = value
                 path.write_text(json.dumps({json.dumps(k): v for k, v in cache.items()}))
             else:
-                results[key.run_dir] = {**value, "n_test": _n_test(key.run_dir),
-                                        "train_loss": _last_train_loss(key.run_dir)}
+                results[key.run_dir] = {**value, "train_loss": _last_train_loss(key.run_dir)}
                 bar.update(1)
     if timings:  # this invocation trained runs: say with which code
         path = out / "invocations.json"
@@ -432,9 +430,8 @@ def fmt_loss(result: dict) -> str:
     return "–" if loss is None else f"{loss:.3f}"
 
 
-def _n_test(run_dir: Path) -> int:
-    """Test series in the run's split."""
-    task = json.loads((run_dir / "config.json").read_text())["task"]
+def _test_series(task: str) -> int:
+    """Test series in the task's split."""
     if task not in _SIZES:
         from search.tasks import load_task
 

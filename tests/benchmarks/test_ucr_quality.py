@@ -60,11 +60,11 @@ def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
                               out=str(tmp_path), extra="", jobs=2)
     runs = U.plan_runs(tmp_path, args.tasks, args.seeds, args.variants, [])
     results = {r.run_dir: {"test_metric": acc, "best_epoch": epoch, "wall_seconds": 10.0,
-                           "n_test": 150, "train_loss": loss}
+                           "train_loss": loss}
                for r, acc, epoch, loss in zip(runs, (0.9867, 0.5), (49, 4), (0.0123, None))}
     cnns = {("ucr:GunPoint", 0): ["FCN", 0.98, 30.0], ("ucr:GunPoint", 1): ["FCN", 0.96, 34.0]}
     text = U.report(args, runs, results, {}, cnns, 1.0)
-    assert "| – | 0.743 ± 0.344 |" in text  # the mean ± std the rows below make
+    assert "| ucr:GunPoint | 150 | – | 0.743 ± 0.344 |" in text  # the rows' mean ± std
     assert "| 0.970 ± 0.014 | 0.913 |" in text  # the FCN's two seeds, then the 1-NN anchor
     assert "| 32 ± 3 |" in text  # the FCN's seconds a run
     assert "- Mean of the base CCNN over its 1 set: 0.743." in text
