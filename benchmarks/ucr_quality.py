@@ -215,11 +215,11 @@ def peer(task: str, seed: int) -> tuple[str, float, float]:
     return ("LeNet", *lenet(task, seed))
 
 
-def plain_cnn(task: str, seed: int) -> tuple[str, float, float]:
+def plain_cnn(task: str, seed: int, width: int = FCN_WIDTH) -> tuple[str, float, float]:
     import torch
 
     torch.set_num_threads(1)
-    return ("FCN", *fcn(task, seed))
+    return ("FCN", *fcn(task, seed, width=width))
 
 
 def has_fcn(task: str) -> bool:
@@ -290,7 +290,8 @@ def report(args, runs: list[Run], results: dict, peers: dict, cnns: dict,
         "# Default search quality on the bundled sets",
         "",
         "Each cell: test accuracy, mean ± std over seeds, same split for every method (the task's "
-        "train / val / test; MiniRocket and the FCN fit train + val). *default search* is "
+        f"train / val / test; MiniRocket and the FCN, {args.fcn_width} / {2 * args.fcn_width} / "
+        f"{args.fcn_width} channels, fit train + val). *default search* is "
         "`python -m search.run --task T --seed S` with no other flag; *base CCNN* adds "
         "`--learn none`; s/run is a run's training time (summary.json wall_seconds, plus the "
         "seconds of a stalled attempt it restarted after).",
@@ -351,10 +352,14 @@ def main() -> int:
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--no-peer", action="store_true",
                         help="skip the peers (MiniRocket / LeNet and the FCN)")
+    parser.add_argument("--fcn-width", type=int, default=FCN_WIDTH,
+                        help="the FCN peer's channels: WIDTH, 2 WIDTH, WIDTH (published: 128)")
     parser.add_argument("--extra", default="", help="more search.run flags for every run, for "
                         "ablations (use another --out)")
     parser.add_argument("--results", default=str(RESULTS), help="markdown file to write")
     args = parser.parse_args()
+    if args.fcn_width < 1:
+        parser.error(f"--fcn-width must be at least 1, got {args.fcn_width}")
     if not args.no_peer and importlib.util.find_spec("numba") is None:
         parser.error("MiniRocket needs numba: pip install -e '.[bench]' (or pass --no-peer)")
     from dnarch_deploy.tasks import TaskError, load_task
@@ -373,9 +378,9 @@ def main() -> int:
     except OSError as e:
         parser.error(f"cannot write there: {e}")
     runs = plan_runs(out, args.tasks, args.seeds, args.variants, args.extra.split())
-    peer_cache = out / "peers.json"
+    peer_cache, fcn_cache = out / "peers.json", out / f"fcn_width{args.fcn_width}.json"
     peers, cnns = ({tuple(json.loads(k)): v for k, v in json.loads(path.read_text()).items()}
-                   if path.exists() else {} for path in (peer_cache, out / "fcn.json"))
+                   if path.exists() else {} for path in (peer_cache, fcn_cache))
     t0, code = time.time(), code_state()  # at the start: the code the runs load
     results, failed, timings = {}, [], {}
     with ThreadPoolExecutor(args.jobs) as pool, tqdm(total=len(runs), desc="runs",
@@ -387,7 +392,8 @@ def main() -> int:
                     if (task, seed) not in peers:
                         futures[pool.submit(peer, task, seed)] = ("peer", task, seed)
                     if has_fcn(task) and (task, seed) not in cnns:
-                        futures[pool.submit(plain_cnn, task, seed)] = ("fcn", task, seed)
+                        job = pool.submit(plain_cnn, task, seed, args.fcn_width)
+                        futures[job] = ("fcn", task, seed)
         for future in as_completed(futures):
             key = futures[future]
             try:
@@ -397,7 +403,7 @@ def main() -> int:
                 print(f"FAILED {key}: {e}", file=sys.stderr)
                 continue
             if isinstance(key, tuple):  # (which peer, task, seed)
-                cache, path = (peers, peer_cache) if key[0] == "peer" else (cnns, out / "fcn.json")
+                cache, path = (peers, peer_cache) if key[0] == "peer" else (cnns, fcn_cache)
                 cache[key[1:]] = value
                 path.write_text(json.dumps({json.dumps(k): v for k, v in cache.items()}))
             else:

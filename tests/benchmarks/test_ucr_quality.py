@@ -27,6 +27,7 @@ def test_an_unknown_task_is_refused_before_any_run_or_report(tmp_path):
     ("out", "cannot write there"),  # --out under a file
     ("results", "cannot write there"),  # --results under a file
     ("results_dir", "is a directory"),
+    ("fcn_width", "--fcn-width must be at least 1, got 0"),
 ])
 def test_an_unwritable_out_or_results_is_refused_before_any_run(tmp_path, where, says):
     """One message and exit 2 before training, not a traceback (or a lost report) after it."""
@@ -37,11 +38,12 @@ def test_an_unwritable_out_or_results_is_refused_before_any_run(tmp_path, where,
         out = blocker / "runs"
     elif where == "results":
         results = blocker / "results.md"
-    else:
+    elif where == "results_dir":
         results = tmp_path
+    width = ["--fcn-width", "0"] if where == "fcn_width" else []
     proc = subprocess.run([sys.executable, str(SCRIPT), "--tasks", "ucr:GunPoint", "--seeds", "1",
                            "--variants", "search", "--no-peer", "--out", str(out),
-                           "--results", str(results)],
+                           "--results", str(results), *width],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert says in proc.stderr.splitlines()[-1]
@@ -57,7 +59,7 @@ def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
     import ucr_quality as U
 
     args = argparse.Namespace(tasks=["ucr:GunPoint"], variants=["base"], seeds=2,
-                              out=str(tmp_path), extra="", jobs=2)
+                              out=str(tmp_path), extra="", jobs=2, fcn_width=64)
     runs = U.plan_runs(tmp_path, args.tasks, args.seeds, args.variants, [])
     results = {r.run_dir: {"test_metric": acc, "best_epoch": epoch, "wall_seconds": 10.0,
                            "train_loss": loss}
