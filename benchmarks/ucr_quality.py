@@ -27,6 +27,7 @@ import platform
 import re
 import statistics
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -147,47 +148,52 @@ def lenet(task_name: str, seed: int, epochs: int = 30) -> tuple[float, float]:
 # The plain CNN peer: the fully convolutional network of Wang et al. (2017), the usual deep
 # baseline of time-series classification (three conv-BN-ReLU layers of 8, 5 and 3 taps, global
 # average pooling, a linear head). The published one has 128 / 256 / 128 channels and trains for
-# 2000 epochs; here half the width and the default search's floor of 2000 steps, so that it fits
-# the same CPU time as a search.
+# 2000 epochs; here half the width and the default search's floor of 2000 steps, so that a run
+# takes about a search's CPU time (ACSF1 400 s against 261, PLAID 341 against 454).
 FCN_WIDTH = 64
 FCN_STEPS = 2000
+# Peers train in threads of one process: seeding and building a network under this lock keeps
+# the global RNG's draws, and so the initial weights, a function of the seed alone.
+_INIT = threading.Lock()
 
 
 def fcn(task_name: str, seed: int, steps: int = FCN_STEPS,
         width: int = FCN_WIDTH) -> tuple[float, float]:
     """(test accuracy, seconds) of the FCN above, fitted like MiniRocket on train + val with no
     selection: Adam at 1e-3 with cosine decay, batch 16, its last weights on test. Inputs are
-    normalised as the default search's ``--input-norm auto`` does for the set."""
+    normalised as the default search's ``--input-norm auto`` normalises the set."""
     import numpy as np
     import torch
     from torch import nn
 
+    from dnarch_deploy.model import SAMPLE_NORM_FLOOR, standardise
     from search.config import SearchConfig
     from search.tasks import load_task
     from search.train import input_norm
 
     task = load_task(task_name, seed=seed)
-    torch.manual_seed(seed)
     x = torch.as_tensor(np.concatenate([task.x_train, task.x_val]), dtype=torch.float32)
     y = torch.as_tensor(np.concatenate([task.y_train, task.y_val]))
     x_test = torch.as_tensor(task.x_test, dtype=torch.float32)
+    x_std = torch.as_tensor(task.x_std, dtype=torch.float32)
     if input_norm(SearchConfig(), task) == "sample":
         def normalise(v):
-            return (v - v.mean(-1, keepdim=True)) / v.std(-1, keepdim=True).clamp_min(1e-8)
+            return standardise(v, (SAMPLE_NORM_FLOOR * x_std) ** 2)
     else:
         mean = torch.as_tensor(task.x_mean, dtype=torch.float32)[:, None]
-        std = torch.as_tensor(task.x_std, dtype=torch.float32)[:, None]
 
         def normalise(v):
-            return (v - mean) / std
+            return (v - mean) / x_std[:, None]
     x, x_test = normalise(x), normalise(x_test)
-    layers, channels = [], task.in_channels
-    for taps, out in ((8, width), (5, 2 * width), (3, width)):
-        layers += [nn.ConstantPad1d(((taps - 1) // 2, taps // 2), 0.0),  # 'same', even taps too
-                   nn.Conv1d(channels, out, taps), nn.BatchNorm1d(out), nn.ReLU()]
-        channels = out
-    net = nn.Sequential(*layers, nn.AdaptiveAvgPool1d(1), nn.Flatten(),
-                        nn.Linear(width, task.out_channels))
+    with _INIT:
+        torch.manual_seed(seed)
+        layers, channels = [], task.in_channels
+        for taps, out in ((8, width), (5, 2 * width), (3, width)):
+            layers += [nn.ConstantPad1d(((taps - 1) // 2, taps // 2), 0.0),  # 'same', even taps
+                       nn.Conv1d(channels, out, taps), nn.BatchNorm1d(out), nn.ReLU()]
+            channels = out
+        net = nn.Sequential(*layers, nn.AdaptiveAvgPool1d(1), nn.Flatten(),
+                            nn.Linear(width, task.out_channels))
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     batch, g = min(16, len(y)), torch.Generator().manual_seed(seed)
@@ -215,7 +221,7 @@ def peer(task: str, seed: int) -> tuple[str, float, float]:
     return ("LeNet", *lenet(task, seed))
 
 
-def plain_cnn(task: str, seed: int, width: int = FCN_WIDTH) -> tuple[str, float, float]:
+def fcn_job(task: str, seed: int, width: int = FCN_WIDTH) -> tuple[str, float, float]:
     import torch
 
     torch.set_num_threads(1)
@@ -235,7 +241,7 @@ def anchors(task: str) -> dict:
     return ANCHORS.get(task[4:], {})
 
 
-def report(args, runs: list[Run], results: dict, peers: dict, cnns: dict,
+def report(args, runs: list[Run], results: dict, peers: dict, fcns: dict,
            seconds: float) -> str:
     import torch
 
@@ -258,13 +264,13 @@ def report(args, runs: list[Run], results: dict, peers: dict, cnns: dict,
             restarts += [s.get("restarts", 0) for s in rs]
         peer_rows = [peers[(task, s)] for s in range(args.seeds) if (task, s) in peers]
         peer_acc = [p[1] for p in peer_rows]
-        cnn_rows = [cnns[(task, s)] for s in range(args.seeds) if (task, s) in cnns]
-        cnn_acc = [p[1] for p in cnn_rows]
+        fcn_rows = [fcns[(task, s)] for s in range(args.seeds) if (task, s) in fcns]
+        fcn_acc = [p[1] for p in fcn_rows]
         a = anchors(task)
         n_test = _test_series(task)
         means[task] = {key: statistics.mean(values) for key, values in (
             ("search", cell.get("search")), ("base", cell.get("base")), ("peer", peer_acc),
-            ("fcn", cnn_acc)) if values}
+            ("fcn", fcn_acc)) if values}
         if cell.get("search") and "1nn_ed" in a:
             one_nn_ok.append(statistics.mean(cell["search"]) >= a["1nn_ed"])
         if cell.get("search") and len(cell["search"]) > 1 and n_test >= 100:
@@ -273,11 +279,11 @@ def report(args, runs: list[Run], results: dict, peers: dict, cnns: dict,
         lines.append(
             f"| {task} | {n_test} | {fmt(cell.get('search', []))} | {fmt(cell.get('base', []))} "
             f"| {f'{peer_rows[0][0]} {fmt(peer_acc)}' if peer_rows else '–'} "
-            f"| {fmt(cnn_acc) if cnn_rows else '–'} "
+            f"| {fmt(fcn_acc) if fcn_rows else '–'} "
             f"| {a.get('1nn_ed', '–')} | {a.get('inceptiontime_split0', '–')} "
             f"| {fmt(walls.get('search', []), 0)} | {fmt(walls.get('base', []), 0)} "
             f"| {fmt([p[2] for p in peer_rows], 1)} "
-            f"| {fmt([p[2] for p in cnn_rows], 0) if cnn_rows else '–'} "
+            f"| {fmt([p[2] for p in fcn_rows], 0) if fcn_rows else '–'} "
             f"| {stalled} of {len(restarts)} |")
         done = [r for r in runs if r.key == task and r.variant == "search"
                 and r.run_dir in results]
@@ -301,7 +307,8 @@ def report(args, runs: list[Run], results: dict, peers: dict, cnns: dict,
         f"1 thread each; Python {platform.python_version()}, torch {torch.__version__}; "
         f"this invocation {seconds / 60:.0f} min wall.  ",
         "Code the runs were trained with: " + ("; ".join(
-            f"{i['code']} ({i['trained']} runs from {i['started']}, {i['seconds'] / 60:.0f} min "
+            f"{i['code']} ({i['trained']} runs or peer fits from {i['started']}, "
+            f"{i['seconds'] / 60:.0f} min "
             "wall)" for i in invocations)
             or code_state()) + "." + (f"  \n**Every run also** `{args.extra}`." if args.extra
                                       else ""),
@@ -309,7 +316,7 @@ def report(args, runs: list[Run], results: dict, peers: dict, cnns: dict,
         *lines,
         "",
     ]
-    for v in ("search", "base"):  # what an ablation (one variant) is compared by
+    for v in ("search", "base", "peer", "fcn"):  # what an ablation (one variant) is compared by
         done = [m[v] for m in means.values() if v in m]
         if done:
             sets = f"{len(done)} set" + ("s" if len(done) > 1 else "")
@@ -352,6 +359,8 @@ def main() -> int:
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--no-peer", action="store_true",
                         help="skip the peers (MiniRocket / LeNet and the FCN)")
+    parser.add_argument("--no-fcn", action="store_true",
+                        help="skip the FCN peer only (a third of a full run's time)")
     parser.add_argument("--fcn-width", type=int, default=FCN_WIDTH,
                         help="the FCN peer's channels: WIDTH, 2 WIDTH, WIDTH (published: 128)")
     parser.add_argument("--extra", default="", help="more search.run flags for every run, for "
@@ -379,7 +388,7 @@ def main() -> int:
         parser.error(f"cannot write there: {e}")
     runs = plan_runs(out, args.tasks, args.seeds, args.variants, args.extra.split())
     peer_cache, fcn_cache = out / "peers.json", out / f"fcn_width{args.fcn_width}.json"
-    peers, cnns = ({tuple(json.loads(k)): v for k, v in json.loads(path.read_text()).items()}
+    peers, fcns = ({tuple(json.loads(k)): v for k, v in json.loads(path.read_text()).items()}
                    if path.exists() else {} for path in (peer_cache, fcn_cache))
     t0, code = time.time(), code_state()  # at the start: the code the runs load
     results, failed, timings = {}, [], {}
@@ -391,8 +400,8 @@ def main() -> int:
                 for seed in range(args.seeds):
                     if (task, seed) not in peers:
                         futures[pool.submit(peer, task, seed)] = ("peer", task, seed)
-                    if has_fcn(task) and (task, seed) not in cnns:
-                        job = pool.submit(plain_cnn, task, seed, args.fcn_width)
+                    if not args.no_fcn and has_fcn(task) and (task, seed) not in fcns:
+                        job = pool.submit(fcn_job, task, seed, args.fcn_width)
                         futures[job] = ("fcn", task, seed)
         for future in as_completed(futures):
             key = futures[future]
@@ -403,20 +412,21 @@ def main() -> int:
                 print(f"FAILED {key}: {e}", file=sys.stderr)
                 continue
             if isinstance(key, tuple):  # (which peer, task, seed)
-                cache, path = (peers, peer_cache) if key[0] == "peer" else (cnns, fcn_cache)
+                cache, path = (peers, peer_cache) if key[0] == "peer" else (fcns, fcn_cache)
                 cache[key[1:]] = value
                 path.write_text(json.dumps({json.dumps(k): v for k, v in cache.items()}))
             else:
                 results[key.run_dir] = {**value, "train_loss": _last_train_loss(key.run_dir)}
                 bar.update(1)
-    if timings:  # this invocation trained runs: say with which code
+    trained = len(timings) + sum(isinstance(key, tuple) for key in futures.values())
+    if trained:  # this invocation trained runs or peers: say with which code
         path = out / "invocations.json"
         invocations = json.loads(path.read_text()) if path.exists() else []
         invocations.append({"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
-                            "code": code, "trained": len(timings),
+                            "code": code, "trained": trained,
                             "seconds": round(time.time() - t0)})
         path.write_text(json.dumps(invocations, indent=1) + "\n")
-    text = report(args, runs, results, peers, cnns, time.time() - t0)
+    text = report(args, runs, results, peers, fcns, time.time() - t0)
     print(text)
     Path(args.results).write_text(text)
     return 1 if failed else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,6 @@ def test_an_unknown_task_is_refused_before_any_run_or_report(tmp_path):
     ("out", "cannot write there"),  # --out under a file
     ("results", "cannot write there"),  # --results under a file
     ("results_dir", "is a directory"),
-    ("fcn_width", "--fcn-width must be at least 1, got 0"),
 ])
 def test_an_unwritable_out_or_results_is_refused_before_any_run(tmp_path, where, says):
     """One message and exit 2 before training, not a traceback (or a lost report) after it."""
@@ -38,16 +38,25 @@ def test_an_unwritable_out_or_results_is_refused_before_any_run(tmp_path, where,
         out = blocker / "runs"
     elif where == "results":
         results = blocker / "results.md"
-    elif where == "results_dir":
+    else:
         results = tmp_path
-    width = ["--fcn-width", "0"] if where == "fcn_width" else []
     proc = subprocess.run([sys.executable, str(SCRIPT), "--tasks", "ucr:GunPoint", "--seeds", "1",
                            "--variants", "search", "--no-peer", "--out", str(out),
-                           "--results", str(results), *width],
+                           "--results", str(results)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert says in proc.stderr.splitlines()[-1]
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results.md").exists()
+
+
+def test_an_fcn_width_below_one_is_refused_before_any_run(tmp_path):
+    out, results = tmp_path / "runs", tmp_path / "results.md"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tasks", "ucr:GunPoint", "--seeds", "1",
+                           "--fcn-width", "0", "--out", str(out), "--results", str(results)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--fcn-width must be at least 1, got 0" in proc.stderr.splitlines()[-1]
+    assert not out.exists() and not results.exists()
 
 
 def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
@@ -100,5 +109,9 @@ def test_the_fcn_peer_learns_a_bundled_set_on_its_split():
     torch.set_num_threads(1)
     accuracy, seconds = U.fcn("ucr:GunPoint", seed=0, steps=300, width=16)
     assert 0.8 <= accuracy <= 1.0 and seconds > 0
-    assert U.fcn("ucr:GunPoint", seed=0, steps=300, width=16)[0] == accuracy
+    # peers train in threads: two seeds side by side give what each gives alone
+    other = U.fcn("ucr:GunPoint", seed=1, steps=300, width=16)[0]
+    with ThreadPoolExecutor(2) as pool:
+        jobs = [pool.submit(U.fcn, "ucr:GunPoint", seed, 300, 16) for seed in (0, 1)]
+        assert [job.result()[0] for job in jobs] == [accuracy, other]
     assert U.has_fcn("ucr:PLAID") and not U.has_fcn("digits")
