@@ -149,7 +149,7 @@ def lenet(task_name: str, seed: int, epochs: int = 30) -> tuple[float, float]:
 # baseline of time-series classification (three conv-BN-ReLU layers of 8, 5 and 3 taps, global
 # average pooling, a linear head). The published one has 128 / 256 / 128 channels and trains for
 # 2000 epochs; here half the width and the default search's floor of 2000 steps, so that a run
-# takes about a search's CPU time (ACSF1 400 s against 261, PLAID 341 against 454).
+# takes about a search's CPU time (ACSF1 367 s against 261, PLAID 374 against 454).
 FCN_WIDTH = 64
 FCN_STEPS = 2000
 # Peers train in threads of one process: seeding and building a network under this lock keeps
