@@ -59,6 +59,19 @@ def test_an_fcn_width_below_one_is_refused_before_any_run(tmp_path):
     assert not out.exists() and not results.exists()
 
 
+@pytest.mark.parametrize("cache", ["peers.json", "fcn_width64.json"])
+def test_a_damaged_peer_cache_is_refused_before_any_run(tmp_path, cache):
+    out, results = tmp_path / "runs", tmp_path / "results.md"
+    out.mkdir()
+    (out / cache).write_text("{broken")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tasks", "ucr:GunPoint", "--seeds", "1",
+                           "--variants", "--out", str(out), "--results", str(results)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"a peer cache in {out} is damaged" in proc.stderr.splitlines()[-1]
+    assert not results.exists() and (out / cache).read_text() == "{broken"
+
+
 def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
     """The per-seed figures behind each mean ± std: accuracy and the round the result rule
     chose, one row per run, in plan order."""
@@ -73,8 +86,8 @@ def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
     results = {r.run_dir: {"test_metric": acc, "best_epoch": epoch, "wall_seconds": 10.0,
                            "train_loss": loss}
                for r, acc, epoch, loss in zip(runs, (0.9867, 0.5), (49, 4), (0.0123, None))}
-    cnns = {("ucr:GunPoint", 0): ["FCN", 0.98, 30.0], ("ucr:GunPoint", 1): ["FCN", 0.96, 34.0]}
-    text = U.report(args, runs, results, {}, cnns, 1.0)
+    fcns = {("ucr:GunPoint", 0): ["FCN", 0.98, 30.0], ("ucr:GunPoint", 1): ["FCN", 0.96, 34.0]}
+    text = U.report(args, runs, results, {}, fcns, 1.0)
     assert "| ucr:GunPoint | 150 | – | 0.743 ± 0.344 |" in text  # the rows' mean ± std
     assert "| 0.970 ± 0.014 | 0.913 |" in text  # the FCN's two seeds, then the 1-NN anchor
     assert "| 32 ± 3 |" in text  # the FCN's seconds a run
