@@ -65,7 +65,8 @@ def test_a_damaged_peer_cache_is_refused_before_any_run(tmp_path, cache):
     out.mkdir()
     (out / cache).write_text("{broken")
     proc = subprocess.run([sys.executable, str(SCRIPT), "--tasks", "ucr:GunPoint", "--seeds", "1",
-                           "--variants", "--out", str(out), "--results", str(results)],
+                           "--variants", "--no-peer", "--out", str(out),
+                           "--results", str(results)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"a peer cache in {out} is damaged" in proc.stderr.splitlines()[-1]
