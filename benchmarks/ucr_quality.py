@@ -9,7 +9,8 @@ For each bundled UCR/UEA set and each seed, on the same split (the task's train/
 - the published 1-NN (Euclidean) and InceptionTime figures of the task table (search/tasks/ucr.py).
 On the 2-D sets (mnist5k, digits) a LeNet-style CNN trained here on the same split stands in for
 the peers. Runs are real `search.run` processes, two at a time, one thread each, reused when their
-run directory is complete (search_quality.py's machinery).
+run directory is complete (search_quality.py's machinery); each peer fit is a process of its own
+too (:func:`in_own_process`), and cached in the --out directory.
 
     python benchmarks/ucr_quality.py --seeds 3                      # the table in README
     python benchmarks/ucr_quality.py --tasks ucr:GunPoint --seeds 1 --out /tmp/uq   # one set
@@ -22,14 +23,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import multiprocessing
 import os
 import platform
 import re
 import statistics
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from tqdm import tqdm
@@ -101,7 +102,6 @@ def lenet(task_name: str, seed: int, epochs: int = 30) -> tuple[float, float]:
     from search.tasks import load_task
 
     task = load_task(task_name, seed=seed)
-    torch.manual_seed(seed)
     mean, std = float(task.x_train.mean()), float(task.x_train.std())
 
     def tensor(x):
@@ -111,11 +111,13 @@ def lenet(task_name: str, seed: int, epochs: int = 30) -> tuple[float, float]:
     xval, yval = tensor(task.x_val), torch.as_tensor(task.y_val)
     xte, yte = tensor(task.x_test), torch.as_tensor(task.y_test)
     side = xtr.shape[-1]
+    torch.manual_seed(seed)  # the weights and the dropout's draws
     net = nn.Sequential(
         nn.Conv2d(xtr.shape[1], 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(), nn.Linear(64 * (side // 4) ** 2, 128), nn.ReLU(), nn.Dropout(0.3),
         nn.Linear(128, task.out_channels))
+    g = torch.Generator().manual_seed(seed)  # the batches' order
     steps = epochs * (len(xtr) // 64)
     opt = torch.optim.AdamW(net.parameters(), lr=2e-3, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
@@ -127,7 +129,6 @@ def lenet(task_name: str, seed: int, epochs: int = 30) -> tuple[float, float]:
 
     t0 = time.perf_counter()
     best, best_state = -1.0, None
-    g = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
         net.train()
         order = torch.randperm(len(xtr), generator=g)
@@ -152,9 +153,6 @@ def lenet(task_name: str, seed: int, epochs: int = 30) -> tuple[float, float]:
 # takes about a search's CPU time (ACSF1 367 s against 261, PLAID 374 against 454).
 FCN_WIDTH = 64
 FCN_STEPS = 2000
-# Peers train in threads of one process: seeding and building a network under this lock keeps
-# the global RNG's draws, and so the initial weights, a function of the seed alone.
-_INIT = threading.Lock()
 
 
 def fcn(task_name: str, seed: int, steps: int = FCN_STEPS,
@@ -185,15 +183,14 @@ def fcn(task_name: str, seed: int, steps: int = FCN_STEPS,
         def normalise(v):
             return (v - mean) / x_std[:, None]
     x, x_test = normalise(x), normalise(x_test)
-    with _INIT:
-        torch.manual_seed(seed)
-        layers, channels = [], task.in_channels
-        for taps, out in ((8, width), (5, 2 * width), (3, width)):
-            layers += [nn.ConstantPad1d(((taps - 1) // 2, taps // 2), 0.0),  # 'same', even taps
-                       nn.Conv1d(channels, out, taps), nn.BatchNorm1d(out), nn.ReLU()]
-            channels = out
-        net = nn.Sequential(*layers, nn.AdaptiveAvgPool1d(1), nn.Flatten(),
-                            nn.Linear(width, task.out_channels))
+    torch.manual_seed(seed)
+    layers, channels = [], task.in_channels
+    for taps, out in ((8, width), (5, 2 * width), (3, width)):
+        layers += [nn.ConstantPad1d(((taps - 1) // 2, taps // 2), 0.0),  # 'same', even taps
+                   nn.Conv1d(channels, out, taps), nn.BatchNorm1d(out), nn.ReLU()]
+        channels = out
+    net = nn.Sequential(*layers, nn.AdaptiveAvgPool1d(1), nn.Flatten(),
+                        nn.Linear(width, task.out_channels))
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     batch, g = min(16, len(y)), torch.Generator().manual_seed(seed)
@@ -213,19 +210,29 @@ def fcn(task_name: str, seed: int, steps: int = FCN_STEPS,
 
 
 def peer(task: str, seed: int) -> tuple[str, float, float]:
-    import torch
-
-    torch.set_num_threads(1)
+    """(name, test accuracy, seconds) of the set's peer: MiniRocket on series, LeNet on images."""
     if task.startswith("ucr:"):
         return ("MiniRocket", *minirocket(task, seed))
     return ("LeNet", *lenet(task, seed))
 
 
 def fcn_job(task: str, seed: int, width: int = FCN_WIDTH) -> tuple[str, float, float]:
+    return ("FCN", *fcn(task, seed, width=width))
+
+
+def _one_thread(job, *args):
     import torch
 
     torch.set_num_threads(1)
-    return ("FCN", *fcn(task, seed, width=width))
+    return job(*args)
+
+
+def in_own_process(job, *args):
+    """``job(*args)`` in a fresh process with one thread, as each search run is. Peers seed and
+    draw global RNGs (torch's, numpy's in MiniRocket's fit), and Python-bound ones hold the GIL:
+    two in threads of one process would change each other's results and times."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_one_thread, job, *args).result()
 
 
 def has_fcn(task: str) -> bool:
@@ -241,6 +248,14 @@ def anchors(task: str) -> dict:
     return ANCHORS.get(task[4:], {})
 
 
+def beyond_std(a: list[float], b: list[float]) -> int:
+    """1 when the mean of ``a`` leads that of ``b`` by more than the larger of their stds, -1 when
+    it trails by more, 0 for a tie (README's rule)."""
+    spread = max(statistics.stdev(v) if len(v) > 1 else 0.0 for v in (a, b))
+    diff = statistics.mean(a) - statistics.mean(b)
+    return (diff > spread) - (diff < -spread)
+
+
 def report(args, runs: list[Run], results: dict, peers: dict, fcns: dict,
            seconds: float) -> str:
     import torch
@@ -249,7 +264,7 @@ def report(args, runs: list[Run], results: dict, peers: dict, fcns: dict,
              "| InceptionTime | search s/run | base s/run | peer s/run | FCN s/run "
              "| stalled runs (restarted) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    means = {}  # set -> {"search": mean, "base": mean, "peer": mean, "fcn": mean}
+    accs = {}  # set -> {"search": [accuracy per seed], "base": ..., "peer": ..., "fcn": ...}
     one_nn_ok, std_ok, archs = [], [], []
     for task in args.tasks:
         cell, walls, restarts = {}, {}, []
@@ -268,7 +283,7 @@ def report(args, runs: list[Run], results: dict, peers: dict, fcns: dict,
         fcn_acc = [p[1] for p in fcn_rows]
         a = anchors(task)
         n_test = _test_series(task)
-        means[task] = {key: statistics.mean(values) for key, values in (
+        accs[task] = {key: values for key, values in (
             ("search", cell.get("search")), ("base", cell.get("base")), ("peer", peer_acc),
             ("fcn", fcn_acc)) if values}
         if cell.get("search") and "1nn_ed" in a:
@@ -316,19 +331,23 @@ def report(args, runs: list[Run], results: dict, peers: dict, fcns: dict,
         *lines,
         "",
     ]
+    means = {task: {v: statistics.mean(acc) for v, acc in cell.items()}
+             for task, cell in accs.items()}
     for v in ("search", "base", "peer", "fcn"):  # what an ablation (one variant) is compared by
         done = [m[v] for m in means.values() if v in m]
         if done:
             sets = f"{len(done)} set" + ("s" if len(done) > 1 else "")
             out.append(f"- Mean of the {NAMES[v]} over its {sets}: {statistics.mean(done):.3f}.")
     for (a, b) in (("search", "base"), ("search", "peer"), ("search", "fcn")):
-        both = [m for m in means.values() if a in m and b in m]
+        both = [task for task, m in means.items() if a in m and b in m]
         if both:
-            ahead = sum(m[a] > m[b] for m in both)
+            clear = [beyond_std(accs[t][a], accs[t][b]) for t in both]
             out.append(f"- Mean over the {len(both)} sets with both: {NAMES[a]} "
-                       f"{statistics.mean(m[a] for m in both):.3f}, {NAMES[b]} "
-                       f"{statistics.mean(m[b] for m in both):.3f}; the {NAMES[a]} is ahead "
-                       f"on {ahead} of {len(both)}.")
+                       f"{statistics.mean(means[t][a] for t in both):.3f}, {NAMES[b]} "
+                       f"{statistics.mean(means[t][b] for t in both):.3f}; the {NAMES[a]} is "
+                       f"ahead on {sum(means[t][a] > means[t][b] for t in both)} of {len(both)} "
+                       f"by the mean, by more than one std on {clear.count(1)}, behind by more "
+                       f"on {clear.count(-1)}.")
     if one_nn_ok:
         out.append(f"- Default search ≥ 1-NN on {sum(one_nn_ok)} of {len(one_nn_ok)} sets.")
     if std_ok:
@@ -403,9 +422,10 @@ def main() -> int:
             for task in args.tasks:
                 for seed in range(args.seeds):
                     if (task, seed) not in peers:
-                        futures[pool.submit(peer, task, seed)] = ("peer", task, seed)
+                        job = pool.submit(in_own_process, peer, task, seed)
+                        futures[job] = ("peer", task, seed)
                     if not args.no_fcn and has_fcn(task) and (task, seed) not in fcns:
-                        job = pool.submit(fcn_job, task, seed, args.fcn_width)
+                        job = pool.submit(in_own_process, fcn_job, task, seed, args.fcn_width)
                         futures[job] = ("fcn", task, seed)
         for future in as_completed(futures):
             key = futures[future]

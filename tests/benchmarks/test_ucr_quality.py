@@ -98,6 +98,31 @@ def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
     assert "| ucr:GunPoint | base | 1 | 0.500 | 4 | – |" in rows  # a run with no training round
 
 
+def test_the_report_counts_a_lead_inside_one_std_as_a_tie(tmp_path, monkeypatch):
+    """'Ahead on N' counts the means; a lead counts as clear only beyond the larger std."""
+    import argparse
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import ucr_quality as U
+
+    assert U.beyond_std([0.9, 0.9], [0.8, 0.8]) == 1 and U.beyond_std([0.8], [0.9]) == -1
+    assert U.beyond_std([0.90, 0.94], [0.89, 0.89]) == 1  # 0.03 ahead, std 0.028: beyond it
+    assert U.beyond_std([0.90, 0.96], [0.89, 0.89]) == 0  # 0.04 ahead, std 0.042: a tie
+    tasks = ["ucr:GunPoint", "ucr:ArrowHead"]
+    args = argparse.Namespace(tasks=tasks, variants=["search"], seeds=2, out=str(tmp_path),
+                              extra="", jobs=2, fcn_width=64)
+    runs = U.plan_runs(tmp_path, tasks, 2, ["search"], [])
+    search = {"ucr:GunPoint": (0.90, 0.96), "ucr:ArrowHead": (0.70, 0.72)}
+    fcn = {"ucr:GunPoint": (0.89, 0.89), "ucr:ArrowHead": (0.80, 0.80)}
+    results = {r.run_dir: {"test_metric": search[r.key][r.seed], "best_epoch": 1,
+                           "wall_seconds": 1.0, "train_loss": 0.1} for r in runs}
+    fcns = {(t, s): ["FCN", fcn[t][s], 1.0] for t in tasks for s in (0, 1)}
+    monkeypatch.setattr(U, "describe_arch", lambda run_dir: "(no run directory here)")
+    text = U.report(args, runs, results, {}, fcns, 1.0)
+    assert ("the default search is ahead on 1 of 2 by the mean, by more than one std on 0, "
+            "behind by more on 1.") in text
+
+
 def test_the_last_training_loss_is_the_last_train_rounds(tmp_path):
     """metrics.jsonl's last 'train' row, past later validation and test rows; None without one."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -123,9 +148,26 @@ def test_the_fcn_peer_learns_a_bundled_set_on_its_split():
     torch.set_num_threads(1)
     accuracy, seconds = U.fcn("ucr:GunPoint", seed=0, steps=300, width=16)
     assert 0.8 <= accuracy <= 1.0 and seconds > 0
-    # peers train in threads: two seeds side by side give what each gives alone
+    # each peer trains in its own process: two seeds side by side give what each gives alone
     other = U.fcn("ucr:GunPoint", seed=1, steps=300, width=16)[0]
     with ThreadPoolExecutor(2) as pool:
-        jobs = [pool.submit(U.fcn, "ucr:GunPoint", seed, 300, 16) for seed in (0, 1)]
+        jobs = [pool.submit(U.in_own_process, U.fcn, "ucr:GunPoint", seed, 300, 16)
+                for seed in (0, 1)]
         assert [job.result()[0] for job in jobs] == [accuracy, other]
     assert U.has_fcn("ucr:PLAID") and not U.has_fcn("digits")
+
+
+def test_the_lenet_peer_gives_a_seed_the_same_figure_beside_another():
+    """The images' peer draws dropout from torch's global RNG at every step: two seeds side by
+    side, each in its own process, give what each gives alone (in threads of one process, as
+    peers once ran, they drew from one RNG and each changed the other's figure)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import torch
+    import ucr_quality as U
+
+    torch.set_num_threads(1)
+    alone = [U.lenet("digits", seed, epochs=3)[0] for seed in (0, 1)]
+    assert min(alone) >= 0.5  # 10 classes: far above chance after 3 epochs
+    with ThreadPoolExecutor(2) as pool:
+        jobs = [pool.submit(U.in_own_process, U.lenet, "digits", seed, 3) for seed in (0, 1)]
+        assert [job.result()[0] for job in jobs] == alone
