@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -158,11 +159,41 @@ FCN_STEPS = 2000
 def fcn(task_name: str, seed: int, steps: int = FCN_STEPS,
         width: int = FCN_WIDTH) -> tuple[float, float]:
     """(test accuracy, seconds) of the FCN above, fitted like MiniRocket on train + val with no
-    selection: Adam at 1e-3 with cosine decay, batch 16, its last weights on test. Inputs are
-    normalised as the default search's ``--input-norm auto`` normalises the set."""
+    selection (:func:`fit_cnn`)."""
+    import torch
+
+    data = cnn_data(task_name, seed)
+    torch.manual_seed(seed)
+    return fit_cnn(fcn_net(data.in_channels, data.classes, width), data, steps, seed)
+
+
+def fcn_net(in_channels: int, classes: int, width: int = FCN_WIDTH):
+    from torch import nn
+
+    layers, channels = [], in_channels
+    for taps, out in ((8, width), (5, 2 * width), (3, width)):
+        layers += [nn.ConstantPad1d(((taps - 1) // 2, taps // 2), 0.0),  # 'same', even taps
+                   nn.Conv1d(channels, out, taps), nn.BatchNorm1d(out), nn.ReLU()]
+        channels = out
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool1d(1), nn.Flatten(),
+                         nn.Linear(width, classes))
+
+
+@dataclass
+class CNNData:
+    """A task's train + val and test splits as float tensors, normalised for a peer CNN."""
+    x: object
+    y: object
+    x_test: object
+    y_test: object
+    in_channels: int
+    classes: int
+
+
+def cnn_data(task_name: str, seed: int) -> CNNData:
+    """Train + val and test, normalised as the default search's ``--input-norm auto`` would."""
     import numpy as np
     import torch
-    from torch import nn
 
     from dnarch_deploy.model import SAMPLE_NORM_FLOOR, standardise
     from search.config import SearchConfig
@@ -182,30 +213,34 @@ def fcn(task_name: str, seed: int, steps: int = FCN_STEPS,
 
         def normalise(v):
             return (v - mean) / x_std[:, None]
-    x, x_test = normalise(x), normalise(x_test)
-    torch.manual_seed(seed)
-    layers, channels = [], task.in_channels
-    for taps, out in ((8, width), (5, 2 * width), (3, width)):
-        layers += [nn.ConstantPad1d(((taps - 1) // 2, taps // 2), 0.0),  # 'same', even taps
-                   nn.Conv1d(channels, out, taps), nn.BatchNorm1d(out), nn.ReLU()]
-        channels = out
-    net = nn.Sequential(*layers, nn.AdaptiveAvgPool1d(1), nn.Flatten(),
-                        nn.Linear(width, task.out_channels))
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    return CNNData(normalise(x), y, normalise(x_test), torch.as_tensor(task.y_test),
+                   task.in_channels, task.out_channels)
+
+
+def fit_cnn(net, data: CNNData, steps: int, seed: int, lr: float = 1e-3,
+            weight_decay: float = 0.0) -> tuple[float, float]:
+    """(test accuracy, seconds): ``net`` fitted on train + val with no selection, Adam (AdamW
+    with a weight decay) with cosine decay from ``lr``, batches of 16 drawn by the seed, its
+    last weights on test."""
+    import torch
+    from torch import nn
+
+    opt = (torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=weight_decay) if weight_decay
+           else torch.optim.Adam(net.parameters(), lr=lr))
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    batch, g = min(16, len(y)), torch.Generator().manual_seed(seed)
+    batch, g = min(16, len(data.y)), torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     net.train()
     for _ in range(steps):
-        idx = torch.randint(len(y), (batch,), generator=g)
-        loss = nn.functional.cross_entropy(net(x[idx]), y[idx])
+        idx = torch.randint(len(data.y), (batch,), generator=g)
+        loss = nn.functional.cross_entropy(net(data.x[idx]), data.y[idx])
         opt.zero_grad()
         loss.backward()
         opt.step()
         sched.step()
     net.eval()
     with torch.no_grad():
-        accuracy = float((net(x_test).argmax(1) == torch.as_tensor(task.y_test)).float().mean())
+        accuracy = float((net(data.x_test).argmax(1) == data.y_test).float().mean())
     return accuracy, time.perf_counter() - t0
 
 
@@ -224,7 +259,12 @@ def _one_thread(job, *args):
     import torch
 
     torch.set_num_threads(1)
-    return job(*args)
+    try:  # numpy's BLAS and OpenMP pools too (MiniRocket's ridge), as a search run's env sets
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # no scikit-learn, so no MiniRocket: only torch computes
+        return job(*args)
+    with threadpool_limits(1):
+        return job(*args)
 
 
 def in_own_process(job, *args):
@@ -341,13 +381,15 @@ def report(args, runs: list[Run], results: dict, peers: dict, fcns: dict,
     for (a, b) in (("search", "base"), ("search", "peer"), ("search", "fcn")):
         both = [task for task, m in means.items() if a in m and b in m]
         if both:
-            clear = [beyond_std(accs[t][a], accs[t][b]) for t in both]
+            clear = [beyond_std(accs[t][a], accs[t][b]) for t in both
+                     if min(len(accs[t][a]), len(accs[t][b])) > 1]  # one seed has no std
             out.append(f"- Mean over the {len(both)} sets with both: {NAMES[a]} "
                        f"{statistics.mean(means[t][a] for t in both):.3f}, {NAMES[b]} "
                        f"{statistics.mean(means[t][b] for t in both):.3f}; the {NAMES[a]} is "
                        f"ahead on {sum(means[t][a] > means[t][b] for t in both)} of {len(both)} "
-                       f"by the mean, by more than one std on {clear.count(1)}, behind by more "
-                       f"on {clear.count(-1)}.")
+                       "by the mean" + (f", by more than one std on {clear.count(1)} of the "
+                                        f"{len(clear)} with several seeds, behind by more on "
+                                        f"{clear.count(-1)}" if clear else "") + ".")
     if one_nn_ok:
         out.append(f"- Default search ≥ 1-NN on {sum(one_nn_ok)} of {len(one_nn_ok)} sets.")
     if std_ok:

@@ -119,8 +119,13 @@ def test_the_report_counts_a_lead_inside_one_std_as_a_tie(tmp_path, monkeypatch)
     fcns = {(t, s): ["FCN", fcn[t][s], 1.0] for t in tasks for s in (0, 1)}
     monkeypatch.setattr(U, "describe_arch", lambda run_dir: "(no run directory here)")
     text = U.report(args, runs, results, {}, fcns, 1.0)
-    assert ("the default search is ahead on 1 of 2 by the mean, by more than one std on 0, "
-            "behind by more on 1.") in text
+    assert ("the default search is ahead on 1 of 2 by the mean, by more than one std on 0 of "
+            "the 2 with several seeds, behind by more on 1.") in text
+    args.seeds = 1  # one seed a set: no std, so no claim beyond the means
+    one = [r for r in runs if r.seed == 0]
+    fcns = {key: value for key, value in fcns.items() if key[1] == 0}
+    text = U.report(args, one, results, {}, fcns, 1.0)
+    assert "the default search is ahead on 1 of 2 by the mean.\n" in text
 
 
 def test_the_last_training_loss_is_the_last_train_rounds(tmp_path):
@@ -160,13 +165,14 @@ def test_the_fcn_peer_learns_a_bundled_set_on_its_split():
 def test_the_lenet_peer_gives_a_seed_the_same_figure_beside_another():
     """The images' peer draws dropout from torch's global RNG at every step: two seeds side by
     side, each in its own process, give what each gives alone (in threads of one process, as
-    peers once ran, they drew from one RNG and each changed the other's figure)."""
+    peers once ran, they drew from one RNG and each changed the other's figure). Alone is in a
+    fresh process too: this one's global settings are those of whichever tests ran before."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import torch
     import ucr_quality as U
 
     torch.set_num_threads(1)
-    alone = [U.lenet("digits", seed, epochs=3)[0] for seed in (0, 1)]
+    alone = [U.in_own_process(U.lenet, "digits", seed, 3)[0] for seed in (0, 1)]
     assert min(alone) >= 0.5  # 10 classes: far above chance after 3 epochs
     with ThreadPoolExecutor(2) as pool:
         jobs = [pool.submit(U.in_own_process, U.lenet, "digits", seed, 3) for seed in (0, 1)]

@@ -1,0 +1,70 @@
+"""benchmarks/cnn_ablation.py: the ladder from the FCN peer toward the CCNN."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "cnn_ablation.py"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import cnn_ablation as A  # noqa: E402
+
+
+def test_the_first_rung_is_the_fcn_peer_itself():
+    """Same task, seed and steps: the ladder's first rung gives the FCN column's figure."""
+    import ucr_quality as U
+
+    assert A.fit("fcn", "ucr:GunPoint", 0, 40)[0] == U.fcn("ucr:GunPoint", 0, 40)[0]
+
+
+def test_each_rung_changes_the_one_above_toward_the_ccnn():
+    """The named change and nothing else; every rung maps (B, C, L) to (B, classes)."""
+    import torch
+
+    changes = {"depthwise": {"conv"}, "search optimiser": {"act", "lr", "weight_decay"},
+               "ccnn blocks": {"block", "kernels", "width"}, "avg+max pool": {"pool"},
+               "long kernels": {"kernels"}}
+    names = list(A.RUNGS)
+    for above, rung in zip(names, names[1:]):
+        a, b = vars(A.RUNGS[above]), vars(A.RUNGS[rung])
+        assert {k for k in a if a[k] != b[k]} == changes[rung], rung
+    for name, rung in A.RUNGS.items():
+        net = A.build(rung, in_channels=3, classes=5, length=64)
+        assert net(torch.randn(2, 3, 64)).shape == (2, 5), name
+    # depthwise-separable after the first layer: on one input channel a depthwise first layer
+    # would be a single filter, where the CCNN's encoder lifts the input to many channels first
+    convs = [m for m in A.build(A.DEPTHWISE, 1, 5, 64).modules() if isinstance(m, torch.nn.Conv1d)]
+    assert [(c.in_channels, c.out_channels, c.groups, c.kernel_size) for c in convs] == [
+        (1, 64, 1, (8,)), (64, 64, 64, (5,)), (64, 128, 1, (1,)), (128, 128, 128, (3,)),
+        (128, 64, 1, (1,))]
+    long = A.build(A.LONG, 3, 5, 64)
+    assert [m.kernel_size for m in long.modules() if getattr(m, "groups", 1) > 1] == [(17,)] * 4
+
+
+def test_a_run_writes_one_row_a_rung(tmp_path):
+    out = tmp_path / "ablation.md"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tasks", "ucr:GunPoint", "--seeds", "1",
+                           "--steps", "5", "--rungs", "fcn", "ccnn blocks", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, "CI": "1"})
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| ")]
+    assert rows[0] == "| rung | ucr:GunPoint | s/fit |"
+    assert [r.split(" | ")[0] for r in rows[1:]] == ["| fcn", "| ccnn blocks"]
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--tasks", "ucr:Nope"], "no bundled set named 'Nope'"),
+    (["--tasks", "digits"], "digits: the ladder is of 1-D networks"),
+    (["--seeds", "0"], "--seeds, --steps and --jobs must be at least 1"),
+])
+def test_bad_input_is_refused_before_any_fit(tmp_path, flags, says):
+    out = tmp_path / "ablation.md"
+    proc = subprocess.run([sys.executable, str(SCRIPT), *flags, "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 2 and says in proc.stderr.splitlines()[-1]
+    assert not out.exists()
