@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -192,7 +193,7 @@ def report(args, results: dict, seconds: float) -> str:
     return "\n".join([
         "# From the FCN toward the CCNN, one step a rung",
         "",
-        f"Command: `python benchmarks/cnn_ablation.py {' '.join(sys.argv[1:])}`  ",
+        f"Command: `python benchmarks/cnn_ablation.py {shlex.join(sys.argv[1:])}`  ",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"{args.jobs} fits at a time, 1 thread each; Python {platform.python_version()}, "
         f"torch {torch.__version__}; {seconds / 60:.0f} min wall; {code_state()}.  ",
