@@ -70,8 +70,7 @@ class Rung:
 FCN = Rung()
 DEPTHWISE = replace(FCN, conv="depthwise")
 SEARCH_OPTIMISER = replace(DEPTHWISE, act="gelu", lr=1e-2, weight_decay=1e-2)
-CCNN_BLOCKS = replace(SEARCH_OPTIMISER, block="ccnn", conv="depthwise", kernels=(9, 5, 3, 9),
-                      width=32)
+CCNN_BLOCKS = replace(SEARCH_OPTIMISER, block="ccnn", kernels=(9, 5, 3, 9), width=32)
 AVGMAX = replace(CCNN_BLOCKS, pool="avgmax")
 LONG = replace(AVGMAX, kernels=(0, 0, 0, 0))
 RUNGS = {"fcn": FCN, "depthwise": DEPTHWISE, "search optimiser": SEARCH_OPTIMISER,
