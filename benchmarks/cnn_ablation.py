@@ -21,6 +21,17 @@ test), each fit in a process of its own with one thread:
 - long kernels: the blocks' kernels a quarter of the input long (the search's found kernels are
   tens to hundreds of taps; the base CCNN's span the input).
 
+Rungs that split the "ccnn blocks" step (each from "search optimiser" or "ccnn blocks"):
+
+- 32x4 stack: the depthwise conv-BN-GELU stack of "search optimiser" at the CCNN's sizes, 4
+  layers of 32 channels with kernels of 9, 5, 3 and 9 taps (size and depth, not the block's form);
+- norm after kernel: "ccnn blocks" with the BatchNorm moved from the block's input to the
+  kernel's output, x + W2 GELU(W1 BatchNorm(depthwise(x))), as the FCN normalises each
+  convolution's output;
+- norm after mixing: x + W2 GELU(BatchNorm(W1 depthwise(x)));
+- final gelu: the original CCNN block's second GELU (Knigge et al. 2023),
+  x + GELU(W2 GELU(W1 depthwise(BatchNorm(x)))).
+
 What no rung reaches: the search's validation hold-out and result rule, its warm-up, label
 smoothing, shifts and jitter, and the kernel network and masks themselves.
 
@@ -58,7 +69,9 @@ RESULTS = ROOT / "benchmarks" / "results" / "cnn_ablation.md"
 @dataclass(frozen=True)
 class Rung:
     conv: str = "full"  # 'full' or 'depthwise' (depthwise-separable)
-    block: str = "plain"  # 'plain' (conv-BN-act stack, the FCN's) or 'ccnn' (residual)
+    block: str = "plain"  # 'plain' (conv-BN-act stack, the FCN's) or a residual block's form:
+    #  'pre-norm' (the search's), 'kernel-norm', 'mix-norm', 'pre-norm+gelu' (see the docstring)
+    stack: tuple[int, ...] = (1, 2, 1)  # the plain stack's widths, in multiples of `width`
     kernels: tuple[int, ...] = (8, 5, 3)  # taps per layer; 0: a quarter of the input
     width: int = 64
     pool: str = "avg"  # 'avg' or 'avgmax'
@@ -70,11 +83,19 @@ class Rung:
 FCN = Rung()
 DEPTHWISE = replace(FCN, conv="depthwise")
 SEARCH_OPTIMISER = replace(DEPTHWISE, act="gelu", lr=1e-2, weight_decay=1e-2)
-CCNN_BLOCKS = replace(SEARCH_OPTIMISER, block="ccnn", kernels=(9, 5, 3, 9), width=32)
+CCNN_BLOCKS = replace(SEARCH_OPTIMISER, block="pre-norm", kernels=(9, 5, 3, 9), width=32)
 AVGMAX = replace(CCNN_BLOCKS, pool="avgmax")
 LONG = replace(AVGMAX, kernels=(0, 0, 0, 0))
 RUNGS = {"fcn": FCN, "depthwise": DEPTHWISE, "search optimiser": SEARCH_OPTIMISER,
-         "ccnn blocks": CCNN_BLOCKS, "avg+max pool": AVGMAX, "long kernels": LONG}
+         "ccnn blocks": CCNN_BLOCKS, "avg+max pool": AVGMAX, "long kernels": LONG,
+         "32x4 stack": replace(SEARCH_OPTIMISER, kernels=(9, 5, 3, 9), width=32,
+                               stack=(1, 1, 1, 1)),
+         "norm after kernel": replace(CCNN_BLOCKS, block="kernel-norm"),
+         "norm after mixing": replace(CCNN_BLOCKS, block="mix-norm"),
+         "final gelu": replace(CCNN_BLOCKS, block="pre-norm+gelu")}
+# the rungs that split a step of the ladder rather than extend it, and the rung each changes
+SPLITS = {"32x4 stack": "search optimiser", "norm after kernel": "ccnn blocks",
+          "norm after mixing": "ccnn blocks", "final gelu": "ccnn blocks"}
 
 
 def build(rung: Rung, in_channels: int, classes: int, length: int):
@@ -92,7 +113,7 @@ def build(rung: Rung, in_channels: int, classes: int, length: int):
             return nn.Conv1d(a, b, k, padding="same")
         return nn.Sequential(nn.Conv1d(a, a, k, padding="same", groups=a), nn.Conv1d(a, b, 1))
 
-    class Block(nn.Module):  # the CCNN's residual block with a free depthwise kernel
+    class Block(nn.Module):  # a residual block with a free depthwise kernel, in rung.block's form
         def __init__(self, width: int, k: int):
             super().__init__()
             self.norm = nn.BatchNorm1d(width)
@@ -100,7 +121,15 @@ def build(rung: Rung, in_channels: int, classes: int, length: int):
             self.w1, self.w2 = nn.Conv1d(width, width, 1), nn.Conv1d(width, width, 1)
 
         def forward(self, x):
-            return x + self.w2(act()(self.w1(self.conv(self.norm(x)))))
+            form = rung.block
+            if form == "kernel-norm":
+                z = self.w1(self.norm(self.conv(x)))
+            elif form == "mix-norm":
+                z = self.norm(self.w1(self.conv(x)))
+            else:
+                z = self.w1(self.conv(self.norm(x)))
+            z = self.w2(act()(z))
+            return x + (act()(z) if form == "pre-norm+gelu" else z)
 
     class Pool(nn.Module):
         def forward(self, x):
@@ -108,13 +137,13 @@ def build(rung: Rung, in_channels: int, classes: int, length: int):
                 else x.mean(-1)
 
     w = rung.width
-    if rung.block == "ccnn":
+    if rung.block != "plain":
         body = [nn.Conv1d(in_channels, w, 1, bias=False), nn.BatchNorm1d(w), act(),
                 *(Block(w, k) for k in taps)]
         out = w
     else:  # the FCN's stack: widths w, 2w, w
         body, channels = [], in_channels
-        for i, (k, c) in enumerate(zip(taps, (w, 2 * w, w))):
+        for i, (k, c) in enumerate(zip(taps, (m * w for m in rung.stack), strict=True)):
             body += [conv(channels, c, k, first=i == 0), nn.BatchNorm1d(c), act()]
             channels = c
         out = channels

@@ -27,9 +27,12 @@ def test_each_rung_changes_the_one_above_toward_the_ccnn():
 
     changes = {"depthwise": {"conv"}, "search optimiser": {"act", "lr", "weight_decay"},
                "ccnn blocks": {"block", "kernels", "width"}, "avg+max pool": {"pool"},
-               "long kernels": {"kernels"}}
-    names = list(A.RUNGS)
-    for above, rung in zip(names, names[1:]):
+               "long kernels": {"kernels"},
+               # the rungs that split a step change the rung SPLITS names
+               "32x4 stack": {"kernels", "width", "stack"}, "norm after kernel": {"block"},
+               "norm after mixing": {"block"}, "final gelu": {"block"}}
+    ladder = [name for name in A.RUNGS if name not in A.SPLITS]
+    for above, rung in [*zip(ladder, ladder[1:]), *((a, r) for r, a in A.SPLITS.items())]:
         a, b = vars(A.RUNGS[above]), vars(A.RUNGS[rung])
         assert {k for k in a if a[k] != b[k]} == changes[rung], rung
     for name, rung in A.RUNGS.items():
@@ -41,6 +44,23 @@ def test_each_rung_changes_the_one_above_toward_the_ccnn():
     assert [(c.in_channels, c.out_channels, c.groups, c.kernel_size) for c in convs] == [
         (1, 64, 1, (8,)), (64, 64, 64, (5,)), (64, 128, 1, (1,)), (128, 128, 128, (3,)),
         (128, 64, 1, (1,))]
+    stack = A.build(A.RUNGS["32x4 stack"], 1, 5, 64)
+    assert [m.num_features for m in stack.modules() if isinstance(m, torch.nn.BatchNorm1d)] \
+        == [32] * 4
+    x = torch.randn(4, 32, 64)
+    gelu = torch.nn.GELU()
+    for name in ("ccnn blocks", "norm after kernel", "norm after mixing", "final gelu"):
+        b = A.build(A.RUNGS[name], 1, 5, 64)[3].eval()  # the first residual block
+        if name == "norm after kernel":
+            z = b.w1(b.norm(b.conv(x)))
+        elif name == "norm after mixing":
+            z = b.norm(b.w1(b.conv(x)))
+        else:
+            z = b.w1(b.conv(b.norm(x)))
+        branch = b.w2(gelu(z))
+        if name == "final gelu":
+            branch = gelu(branch)
+        assert torch.allclose(b(x), x + branch), name
     long = A.build(A.LONG, 3, 5, 64)
     assert [m.kernel_size for m in long.modules() if getattr(m, "groups", 1) > 1] == [(17,)] * 4
 
