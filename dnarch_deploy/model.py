@@ -51,6 +51,9 @@ POOLINGS = {"avg": ("mean",), "avgmax": ("mean", "max")}
 # resolution mask's threshold (the paper's rule); "pays", only at resolutions where the cropped
 # block costs fewer deployed MACs than at full resolution (:func:`crop_limit`).
 CROP_RULES = ("bin", "pays")
+# Where a block's BatchNorm sits (ModelConfig.block_norm): on the branch's input (pre-norm, the
+# paper's CCNN) or on the output of the first pointwise mixing (after the convolution).
+BLOCK_NORMS = ("input", "mix")
 # A sample channel whose std is below this share of the training set's is treated as constant
 # (ModelConfig.sample_floor). Low enough to keep quiet samples: PLAID's per-sample stds span
 # 1.3e-6 to 5 times the set's, and at 1e-3 its 43% quietest training series reached the network
@@ -122,6 +125,12 @@ class ModelConfig:
     # benchmarks/ucr_quality.py) the default search's mean went 0.802 -> 0.858 (PLAID 0.58 ->
     # 0.81); ItalyPowerDemand (24 samples a series) lost 0.953 -> 0.935.
     pool: str = "avgmax"
+    # Where each block's BatchNorm sits (BLOCK_NORMS): "input" normalises the branch's input (the
+    # paper's pre-norm); "mix" the first pointwise mixing's output, as a plain CNN normalises each
+    # convolution's. Free-weight residual CNNs gained 0.07 on OSULeaf and ArrowHead from "mix"
+    # (benchmarks/cnn_ablation.py); the default search (3 seeds) gained 0.03 on OSULeaf and lost
+    # 0.07 on ArrowHead, so the default stays the paper's.
+    block_norm: str = "input"
     crop: str = "bin"  # CROP_RULES
     input_mean: list[float] = field(default_factory=list)  # per input channel; empty = 0
     input_std: list[float] = field(default_factory=list)  # per input channel; empty = 1
@@ -151,6 +160,8 @@ class ModelConfig:
             raise ValueError(f"input_norm must be one of {INPUT_NORMS}, got {self.input_norm!r}")
         if self.pool not in POOLINGS:
             raise ValueError(f"pool must be one of {tuple(POOLINGS)}, got {self.pool!r}")
+        if self.block_norm not in BLOCK_NORMS:
+            raise ValueError(f"block_norm must be one of {BLOCK_NORMS}, got {self.block_norm!r}")
         if self.crop not in CROP_RULES:
             raise ValueError(f"crop must be one of {CROP_RULES}, got {self.crop!r}")
 
@@ -370,13 +381,16 @@ def _synced_batch_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> T
 
 
 class Block(nn.Module):
-    """A residual block; masks act on the residual branch only."""
+    """A residual block; masks act on the residual branch only. Its BatchNorm normalises the
+    branch's input or the output of its first mixing (``norm_at``)."""
 
-    def __init__(self, width: int, dropout: float):
+    def __init__(self, width: int, dropout: float, norm_at: str = "input"):
         super().__init__()
         self.norm = Norm(width)
+        self.norm_at = norm_at  # ModelConfig.block_norm
         self.w1 = nn.Parameter(torch.empty(width, width))  # n_in -> n_mid
         self.b1 = nn.Parameter(torch.zeros(width))
+        self.b1.requires_grad_(norm_at != "mix")  # unused there; DDP wants every trained one used
         self.w2 = nn.Parameter(torch.empty(width, width))  # n_mid -> n_out
         self.b2 = nn.Parameter(torch.zeros(width))
         self.dropout = dropout
@@ -389,13 +403,18 @@ class Block(nn.Module):
         z = x[:, : p.n_in]
         if p.n_in < x.shape[1]:  # BatchNorm's backward is several times slower on a strided view
             z = z.contiguous()
-        z = self.norm(z, weight=norm_w, bias=norm_b)  # (B, n_in, *S)
+        if self.norm_at == "input":
+            z = self.norm(z, weight=norm_w, bias=norm_b)  # (B, n_in, *S)
         if p.m_res is not None:
             for axis, (r, m) in enumerate(zip(p.resolution, p.m_res)):
                 if m is not None:
                     z = resample(z, r, dim=2 + axis, mask=m)  # (B, n_in, *R)
         z = fft_conv(z, kernel, p.conv_mask, p.conv_fft)  # (B, n_in, *R)
-        z = F.dropout(F.gelu(_pointwise(z, w1, b1)), self.dropout, self.training)  # (B, n_mid, *R)
+        if self.norm_at == "mix":  # b1 would only shift what the norm centres
+            z = self.norm(_pointwise(z, w1), weight=norm_w, bias=norm_b)  # (B, n_mid, *R)
+        else:
+            z = _pointwise(z, w1, b1)
+        z = F.dropout(F.gelu(z), self.dropout, self.training)
         z = _pointwise(z, w2, b2)  # (B, n_out, *R)
         for axis, s in enumerate(size):
             z = resample(z, s, dim=2 + axis)  # (B, n_out, *S)
@@ -406,15 +425,19 @@ class Block(nn.Module):
     def folded(self, p: BlockPlan) -> tuple[Tensor, ...]:
         """(norm weight, norm bias, w1, b1, w2, b2) sliced to the plan's sizes, with the width
         masks and the depth weight multiplied in: m_in into the norm's affine part, m_mid into
-        the rows of w1, m_out * depth weight into the rows of w2."""
+        the rows of w1, m_out * depth weight into the rows of w2. A norm after the mixing
+        (``norm_at`` "mix") has n_mid channels: m_mid goes into its affine part, m_in into the
+        columns of w1."""
+        mix = self.norm_at == "mix"
         if p.width_masks is not None:
             return _FoldWidthMasks.apply(self.norm.weight, self.norm.bias, self.w1, self.b1,
                                          self.w2, self.b2, p.width_masks, p.depth_weight,
-                                         (p.n_in, p.n_mid, p.n_out))
+                                         (p.n_in, p.n_mid, p.n_out), mix)
         w2, b2 = self.w2[: p.n_out, : p.n_mid], self.b2[: p.n_out]
         if p.depth_weight is not None:
             w2, b2 = w2 * p.depth_weight, b2 * p.depth_weight
-        return (self.norm.weight[: p.n_in], self.norm.bias[: p.n_in],
+        n = p.n_mid if mix else p.n_in
+        return (self.norm.weight[:n], self.norm.bias[:n],
                 self.w1[: p.n_mid, : p.n_in], self.b1[: p.n_mid], w2, b2)
 
 
@@ -427,15 +450,18 @@ class _FoldWidthMasks(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, norm_w, norm_b, w1, b1, w2, b2, masks, depth_weight, sizes):
+    def forward(ctx, norm_w, norm_b, w1, b1, w2, b2, masks, depth_weight, sizes, mix):
         n_in, n_mid, n_out = sizes
         m_in, m_mid, m_out = masks[0, :n_in], masks[1, :n_mid], masks[2, :n_out]
         scale = m_out if depth_weight is None else m_out * depth_weight
-        ctx.sizes = sizes
+        ctx.sizes, ctx.mix = sizes, mix
         ctx.save_for_backward(norm_w, norm_b, w1, b1, w2, b2, masks, depth_weight)
+        w2, b2 = w2[:n_out, :n_mid] * scale[:, None], b2[:n_out] * scale
+        if mix:  # the norm after w1: m_mid on its affine part, m_in on w1's columns
+            return (norm_w[:n_mid] * m_mid, norm_b[:n_mid] * m_mid,
+                    w1[:n_mid, :n_in] * m_in, b1[:n_mid].clone(), w2, b2)
         return (norm_w[:n_in] * m_in, norm_b[:n_in] * m_in,
-                w1[:n_mid, :n_in] * m_mid[:, None], b1[:n_mid] * m_mid,
-                w2[:n_out, :n_mid] * scale[:, None], b2[:n_out] * scale)
+                w1[:n_mid, :n_in] * m_mid[:, None], b1[:n_mid] * m_mid, w2, b2)
 
     @staticmethod
     def backward(ctx, g_norm_w, g_norm_b, g_w1, g_b1, g_w2, g_b2):
@@ -450,13 +476,19 @@ class _FoldWidthMasks(torch.autograd.Function):
 
         g_scale = (g_w2 * w2[:n_out, :n_mid]).sum(1) + g_b2 * b2[:n_out]
         g_masks = masks.new_zeros(masks.shape)
-        g_masks[0, :n_in] = g_norm_w * norm_w[:n_in] + g_norm_b * norm_b[:n_in]
-        g_masks[1, :n_mid] = (g_w1 * w1[:n_mid, :n_in]).sum(1) + g_b1 * b1[:n_mid]
         g_masks[2, :n_out] = g_scale if depth_weight is None else g_scale * depth_weight
         g_depth = None if depth_weight is None else (g_scale * m_out).sum()
+        g_w2, g_b2 = pad(g_w2 * scale[:, None]), pad(g_b2 * scale)
+        if ctx.mix:
+            n = n_mid
+            g_masks[1, :n] = g_norm_w * norm_w[:n] + g_norm_b * norm_b[:n]
+            g_masks[0, :n_in] = (g_w1 * w1[:n_mid, :n_in]).sum(0)
+            return (pad(g_norm_w * m_mid), pad(g_norm_b * m_mid), pad(g_w1 * m_in), pad(g_b1),
+                    g_w2, g_b2, g_masks, g_depth, None, None)
+        g_masks[0, :n_in] = g_norm_w * norm_w[:n_in] + g_norm_b * norm_b[:n_in]
+        g_masks[1, :n_mid] = (g_w1 * w1[:n_mid, :n_in]).sum(1) + g_b1 * b1[:n_mid]
         return (pad(g_norm_w * m_in), pad(g_norm_b * m_in), pad(g_w1 * m_mid[:, None]),
-                pad(g_b1 * m_mid), pad(g_w2 * scale[:, None]), pad(g_b2 * scale),
-                g_masks, g_depth, None)
+                pad(g_b1 * m_mid), g_w2, g_b2, g_masks, g_depth, None, None)
 
 
 class DNArch(nn.Module):
@@ -470,7 +502,7 @@ class DNArch(nn.Module):
         self.enc_w = nn.Parameter(torch.empty(H, c.in_channels))  # no bias: BatchNorm follows
         nn.init.kaiming_uniform_(self.enc_w, a=math.sqrt(5))
         self.enc_norm = Norm(H)
-        self.blocks = nn.ModuleList(Block(H, c.dropout) for _ in range(D))
+        self.blocks = nn.ModuleList(Block(H, c.dropout, c.block_norm) for _ in range(D))
         self.kernel_net = KernelNet(dim, D, H, c.omega_0, c.kernel_hidden, c.kernel_layers)
         # fixed gain so that the initial kernel starts with unit-order output variance
         self.kernel_gain = 1.0 / math.sqrt(math.prod(c.initial_kernel_size))

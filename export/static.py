@@ -6,8 +6,10 @@ blocks under the depth threshold are absent (the plan excludes them), the stream
 ``plan.stream`` and the kernels are sampled once. Spectral resampling and convolution are still the
 FFT forms of :mod:`dnarch_deploy.spectral` here; :func:`export.lowering.lower` replaces them.
 
-Folding BatchNorm before a zero-padded convolution. Per channel the normalised branch input is
-``a * x + c``. Resampling and the depthwise convolution are linear and act per channel, so
+Folding a block's BatchNorm. After the first mixing (``block_norm="mix"``) it is ``a * (W1 z) + c``
+per channel: ``a`` folds into the rows of W1 and ``c`` is its bias (the block has no other).
+Before the convolution (``"input"``), per channel the normalised branch input is ``a * x + c``.
+Resampling and the depthwise convolution are linear and act per channel, so
 ``conv(down(a x + c)) = a conv(down(x)) + c conv(down(1))``: ``a`` folds into the columns of the
 first pointwise weight, and ``c conv(down(1))`` is a constant map of shape ``(n_in, *R)`` (not a
 constant per channel: the zero padding and the resolution mask's DC value shape it) that the first
@@ -283,7 +285,10 @@ def _block(model: DNArch, p, kernel: Tensor, stream: int) -> StaticBlock:
         kernel = masked_kernel(kernel.double(), p.resolution, p.conv_mask.double(),
                                list(p.conv_fft))
         period = conv_period(p.resolution, tuple(kernel.shape[1:]), p.conv_fft)
-    # the BatchNorm shift carried through down and conv: c * conv(down(1)), (n_in, *R)
+    if blk.norm_at == "mix":  # BatchNorm(w1 z) = (a w1) z + c (the block does not use b1)
+        w1, b1 = a[:, None] * w1, sh
+        a, sh = torch.ones(p.n_in, dtype=torch.float64), torch.zeros(p.n_in, dtype=torch.float64)
+    # the input BatchNorm's shift carried through down and conv: c * conv(down(1)), (n_in, *R)
     ones = torch.ones(1, p.n_in, *size, dtype=torch.float64)
     shift = direct_conv(copy.deepcopy(nn.Sequential(*down)).double()(ones), kernel.double())[0]
     shift = sh.view(-1, *[1] * len(size)) * shift

@@ -17,6 +17,7 @@ from dnarch_deploy.cli import add_fields, given_flags
 from dnarch_deploy.cost import MACS, BatchBlend, Units, latency_units
 from dnarch_deploy.latency import DEFAULT_BATCHES, LatencyTable, load_table
 from dnarch_deploy.model import (
+    BLOCK_NORMS,
     CROP_RULES,
     MAX_DEPTH,
     MAX_WIDTH,
@@ -178,6 +179,10 @@ class SearchConfig:
     pool: str = _model("pool", "classification decoder's pooling over positions: 'avgmax' (the "
                        "mean and the maximum of every channel, one linear head on both) or "
                        "'avg' (the mean only, the paper's)")
+    block_norm: str = _model("block_norm", "where each block's BatchNorm sits: 'mix' (on the "
+                             "output of the first pointwise mixing, after the convolution, as a "
+                             "plain CNN's conv-BN-activation) or 'input' (on the block's input, "
+                             "the paper's pre-norm CCNN block)")
     crop: str = _model("crop", "when a block crops an axis whose resolution is learned: 'bin' "
                        "(from the first frequency bin past the resolution mask's threshold, the "
                        "paper's) or 'pays' (only once the cropped block costs fewer deployed "
@@ -274,6 +279,8 @@ class SearchConfig:
              f"sample or dataset, got {self.input_norm!r}"),
             (self.pool in POOLINGS, f"--pool must be one of {', '.join(POOLINGS)}, "
              f"got {self.pool!r}"),
+            (self.block_norm in BLOCK_NORMS, f"--block-norm must be one of "
+             f"{', '.join(BLOCK_NORMS)}, got {self.block_norm!r}"),
             (0 <= self.warmup < 1, f"--warmup must be in [0, 1) (a share of the steps), "
              f"got {self.warmup}"),
             (self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, "

@@ -44,8 +44,8 @@ def inputs(model: DNArch, batch: int = 3, seed: int = 0) -> torch.Tensor:
 
 
 def grads(model: DNArch, out: torch.Tensor, weight: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Gradient of <out, weight> for every parameter; a parameter not used counts as zero."""
-    names, params = zip(*model.named_parameters())
+    """Gradient of <out, weight> for every trained parameter; one not used counts as zero."""
+    names, params = zip(*((n, p) for n, p in model.named_parameters() if p.requires_grad))
     g = torch.autograd.grad((out * weight).sum(), params, allow_unused=True)
     return {n: torch.zeros_like(p) if d is None else d for n, p, d in zip(names, params, g)}
 
@@ -169,12 +169,13 @@ def test_gradients_reach_every_mask_parameter(case, loss):
         assert g.isfinite().all() and (g != 0).all(), (name, g)
 
 
+@pytest.mark.parametrize("mix", [False, True], ids=["norm-n_in", "norm-n_mid"])
 @pytest.mark.parametrize("depth", [False, True], ids=["no-depth-mask", "depth-mask"])
 @pytest.mark.parametrize("sizes", [(4, 5, 3), (6, 6, 6), (1, 2, 6)], ids=str)
-def test_width_mask_fold_is_slice_and_product_with_exact_gradients(sizes, depth):
+def test_width_mask_fold_is_slice_and_product_with_exact_gradients(sizes, depth, mix):
     """The one-node fold of a block's width masks (and depth weight) into its parameters computes
     the plain slices and products, and its hand-written backward passes gradcheck (float64,
-    every input)."""
+    every input). ``mix``: the block's norm after the first mixing (n_mid channels)."""
     n_in, n_mid, n_out = sizes
     g = torch.Generator().manual_seed(sum(sizes))
 
@@ -185,18 +186,23 @@ def test_width_mask_fold_is_slice_and_product_with_exact_gradients(sizes, depth)
     params = [rand(H), rand(H), rand(H, H), rand(H), rand(H, H), rand(H)]
     masks = rand(3, H)
     weight = rand(()) if depth else None
-    folded = model_module._FoldWidthMasks.apply(*params, masks, weight, sizes)
+    folded = model_module._FoldWidthMasks.apply(*params, masks, weight, sizes, mix)
     norm_w, norm_b, w1, b1, w2, b2 = params
     m_in, m_mid, m_out = masks[0, :n_in], masks[1, :n_mid], masks[2, :n_out]
     if depth:
         m_out = m_out * weight
-    plain = (norm_w[:n_in] * m_in, norm_b[:n_in] * m_in, w1[:n_mid, :n_in] * m_mid[:, None],
-             b1[:n_mid] * m_mid, w2[:n_out, :n_mid] * m_out[:, None], b2[:n_out] * m_out)
-    for a, b in zip(folded, plain):
+    if mix:
+        plain = (norm_w[:n_mid] * m_mid, norm_b[:n_mid] * m_mid, w1[:n_mid, :n_in] * m_in,
+                 b1[:n_mid])
+    else:
+        plain = (norm_w[:n_in] * m_in, norm_b[:n_in] * m_in, w1[:n_mid, :n_in] * m_mid[:, None],
+                 b1[:n_mid] * m_mid)
+    plain = (*plain, w2[:n_out, :n_mid] * m_out[:, None], b2[:n_out] * m_out)
+    for a, b in zip(folded, plain, strict=True):
         assert torch.equal(a, b)
     inputs = (*params, masks, weight)
     assert torch.autograd.gradcheck(
-        lambda *t: model_module._FoldWidthMasks.apply(*t, sizes), inputs)
+        lambda *t: model_module._FoldWidthMasks.apply(*t, sizes, mix), inputs)
 
 
 @pytest.mark.parametrize("case", [dict(input_size=(150,)), dict(input_size=(7, 8), dense=True)])
@@ -335,6 +341,7 @@ def test_base_ccnn_has_no_masks():
         (dict(in_channels=0), "in_channels must be >= 1, got 0"),
         (dict(dropout=1.0), "dropout must be in .*got 1.0"),
         (dict(input_norm="minmax"), "input_norm must be one of .*got 'minmax'"),
+        (dict(block_norm="kernel"), "block_norm must be one of .*got 'kernel'"),
     ],
 )
 def test_config_errors_name_the_value(kwargs, message):
@@ -506,3 +513,21 @@ def test_crop_pays_computes_at_full_resolution_until_a_crop_costs_less():
 def test_an_unknown_crop_rule_is_refused():
     with pytest.raises(ValueError, match="crop must be one of"):
         tiny_config(crop="sometimes")
+
+
+@pytest.mark.parametrize("block_norm", ["input", "mix"])
+def test_the_norm_after_the_mixing_takes_out_the_kernels_scale(block_norm):
+    """block_norm="mix": the BatchNorm normalises the first mixing's output, linear in the
+    convolution's, so a block's branch (batch statistics) does not change when its kernel is
+    scaled: the kernel network's output has no fixed gain. With the paper's pre-norm ("input")
+    the scale goes through.
+    (Scaled up: the initial kernels give outputs of variance ~3e-4, near the norm's eps.)"""
+    model = tiny_model(learn="none", block_norm=block_norm).train()
+    plan = model.plan()
+    p, kernel = plan.blocks[0], model.kernels(plan)[0]
+    x = torch.randn(8, plan.stream, 17, dtype=torch.float64)
+    block = model.blocks[p.index]
+    with torch.no_grad():
+        one, three = block(x, p, 100 * kernel) - x, block(x, p, 300 * kernel) - x
+    error = relative_error(three, one)
+    assert error < 1e-4 if block_norm == "mix" else error > 0.5

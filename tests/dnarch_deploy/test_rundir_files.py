@@ -92,12 +92,12 @@ def test_data_fingerprint_and_check():
 
 def test_a_config_from_before_a_model_field_reads_as_it_trained(tmp_path):
     """config.json records every model field; one written before initial_kernel,
-    sample_floor and pool existed gets the values those runs trained with, so they load and
-    export as trained."""
+    sample_floor, pool and block_norm existed gets the values those runs trained with, so they
+    load and export as trained."""
     config = ModelConfig(in_channels=1, out_channels=2, input_size=(400,), depth=1, width=4,
                          input_norm="sample")
     model = config.to_dict()
-    del model["initial_kernel"], model["sample_floor"], model["pool"]
+    del model["initial_kernel"], model["sample_floor"], model["pool"], model["block_norm"]
     record = {"schema": R.RUN_SCHEMA, "version": R.RUN_VERSION, "task": "t", "seed": 0,
               "model": model, "train": {}}
     atomic_write_text(tmp_path / R.CONFIG, json.dumps(record))
@@ -105,6 +105,7 @@ def test_a_config_from_before_a_model_field_reads_as_it_trained(tmp_path):
     assert read.initial_kernel == 0 and read.sample_floor == 1e-3
     assert read.pooling == ("mean",) and not hasattr(DNArch(read), "dec_w_max")
     assert read.initial_kernel_size == (399,)
+    assert read.block_norm == "input" and DNArch(read).blocks[0].norm_at == "input"
     assert float(DNArch(read).sample_eps()) == pytest.approx(1e-6)
     fresh = ModelConfig(**{**model, "initial_kernel": 149})
     assert fresh.initial_kernel_size == (149,) and fresh.sample_floor == 1e-6

@@ -30,6 +30,8 @@ def random_config(rng: random.Random, sample_norm: bool = False, long: bool = Fa
     # the length, not drawn, so that the random stream (and the cases) stay as they were
     initial_kernel = 5 if not two_d and length % 3 == 0 else 0
     pool = "avg" if sum(size) % 2 else "avgmax"  # both decoders, also not drawn
+    # both places of the blocks' norm, also not drawn
+    block_norm = ("input", "mix")[(sum(size) + cin) % 2]
     return ModelConfig(
         in_channels=cin,
         out_channels=out,
@@ -43,6 +45,7 @@ def random_config(rng: random.Random, sample_norm: bool = False, long: bool = Fa
         kernel_layers=2,
         initial_kernel=initial_kernel,
         pool=pool,
+        block_norm=block_norm,
         input_norm=norm,
         input_mean=mean,
         input_std=std,

@@ -206,6 +206,7 @@ def test_bad_input_gives_one_clear_message(tmp_path):
         (["--task-option", "oops"], "--task-option"),
         (["--budget-tolerance", "-0.1"], "--budget-tolerance"),
         (["--pool", "max"], "--pool must be one of avg, avgmax, got 'max'"),
+        (["--block-norm", "after"], "--block-norm must be one of input, mix, got 'after'"),
         (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1), got 1.0"),
         (["--crop-min-length", "-1"], "--crop-min-length must be >= 0"),
         (["--omega-0", "-1"], "--omega-0 must be >= 0 (0: automatic), got -1.0"),
