@@ -129,7 +129,7 @@ class ModelConfig:
     # paper's pre-norm); "mix" the first pointwise mixing's output, as a plain CNN normalises each
     # convolution's. Free-weight residual CNNs gained 0.07 on OSULeaf and ArrowHead from "mix"
     # (benchmarks/cnn_ablation.py); the default search (3 seeds) gained 0.03 on OSULeaf and lost
-    # 0.07 on ArrowHead, so the default stays the paper's.
+    # 0.05 on ArrowHead and 0.01 on GunPoint, so the default stays the paper's.
     block_norm: str = "input"
     crop: str = "bin"  # CROP_RULES
     input_mean: list[float] = field(default_factory=list)  # per input channel; empty = 0

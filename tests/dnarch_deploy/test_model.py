@@ -31,6 +31,8 @@ CASES = {
     "learn-D": dict(learn="D"),
     "learn-KWD": dict(learn="KWD", input_size=(12,)),
     "learn-R-2d": dict(learn="R", input_size=(9, 12)),
+    "norm-after-mixing": dict(block_norm="mix", input_size=(20,)),
+    "norm-after-mixing-2d-dense": dict(block_norm="mix", input_size=(8, 9), dense=True),
 }
 STATES = ["init", "min", "max", "extremes", "random"]
 
