@@ -390,7 +390,7 @@ class Block(nn.Module):
         self.norm_at = norm_at  # ModelConfig.block_norm
         self.w1 = nn.Parameter(torch.empty(width, width))  # n_in -> n_mid
         self.b1 = nn.Parameter(torch.zeros(width))
-        self.b1.requires_grad_(norm_at != "mix")  # unused there; DDP wants every trained one used
+        self.b1.requires_grad_(norm_at != "mix")  # unused there: no gradient, no decay
         self.w2 = nn.Parameter(torch.empty(width, width))  # n_mid -> n_out
         self.b2 = nn.Parameter(torch.zeros(width))
         self.dropout = dropout

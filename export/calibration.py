@@ -6,7 +6,7 @@ mean and biased variance (float64, over all calibration samples and positions) o
 Norm sees in the deployed network: the encoder norm first, then each block's norm with everything
 before it already calibrated, one pass over the batches per norm (the forward pass stops at the
 norm being calibrated). The encoder norm sees the stream ``[:, :plan.stream]``; block b's norm sees
-``[:, :n_in]``.
+``[:, :n_in]`` (``block_norm="mix"``: the n_mid channels of its first mixing).
 """
 
 from __future__ import annotations
