@@ -30,7 +30,11 @@ Rungs that split the "ccnn blocks" step (each from "search optimiser" or "ccnn b
   convolution's output;
 - norm after mixing: x + W2 GELU(BatchNorm(W1 depthwise(x)));
 - final gelu: the original CCNN block's second GELU (Knigge et al. 2023),
-  x + GELU(W2 GELU(W1 depthwise(BatchNorm(x)))).
+  x + GELU(W2 GELU(W1 depthwise(BatchNorm(x))));
+- conv encoder: "norm after mixing" with the stack's first layer (a full convolution of 9 taps,
+  BatchNorm, GELU) for the pointwise encoder and the first block, so the depth is the stack's;
+- residual stack: "32x4 stack" with a skip around each layer after the first,
+  x + GELU(BatchNorm(W1 depthwise(x))): the stack's layers as residual blocks, no second mixing.
 
 What no rung reaches: the search's validation hold-out and result rule, its warm-up, label
 smoothing, shifts and jitter, and the kernel network and masks themselves.
@@ -70,8 +74,11 @@ RESULTS = ROOT / "benchmarks" / "results" / "cnn_ablation.md"
 class Rung:
     conv: str = "full"  # 'full' or 'depthwise' (depthwise-separable)
     block: str = "plain"  # 'plain' (conv-BN-act stack, the FCN's) or a residual block's form:
-    #  'pre-norm' (the search's), 'kernel-norm', 'mix-norm', 'pre-norm+gelu' (see the docstring)
+    #  'pre-norm' (the search's), 'kernel-norm', 'mix-norm', 'pre-norm+gelu', 'post-act'
+    #  (see the docstring)
     stack: tuple[int, ...] = (1, 2, 1)  # the plain stack's widths, in multiples of `width`
+    encoder: str = "pointwise"  # residual rungs: 'pointwise' (the CCNN's) or 'conv' (the stack's
+    #  full first convolution of kernels[0] taps; the blocks then take kernels[1:])
     kernels: tuple[int, ...] = (8, 5, 3)  # taps per layer; 0: a quarter of the input
     width: int = 64
     pool: str = "avg"  # 'avg' or 'avgmax'
@@ -86,16 +93,19 @@ SEARCH_OPTIMISER = replace(DEPTHWISE, act="gelu", lr=1e-2, weight_decay=1e-2)
 CCNN_BLOCKS = replace(SEARCH_OPTIMISER, block="pre-norm", kernels=(9, 5, 3, 9), width=32)
 AVGMAX = replace(CCNN_BLOCKS, pool="avgmax")
 LONG = replace(AVGMAX, kernels=(0, 0, 0, 0))
+STACK_32X4 = replace(SEARCH_OPTIMISER, kernels=(9, 5, 3, 9), width=32, stack=(1, 1, 1, 1))
 RUNGS = {"fcn": FCN, "depthwise": DEPTHWISE, "search optimiser": SEARCH_OPTIMISER,
          "ccnn blocks": CCNN_BLOCKS, "avg+max pool": AVGMAX, "long kernels": LONG,
-         "32x4 stack": replace(SEARCH_OPTIMISER, kernels=(9, 5, 3, 9), width=32,
-                               stack=(1, 1, 1, 1)),
+         "32x4 stack": STACK_32X4,
          "norm after kernel": replace(CCNN_BLOCKS, block="kernel-norm"),
          "norm after mixing": replace(CCNN_BLOCKS, block="mix-norm"),
-         "final gelu": replace(CCNN_BLOCKS, block="pre-norm+gelu")}
+         "final gelu": replace(CCNN_BLOCKS, block="pre-norm+gelu"),
+         "conv encoder": replace(CCNN_BLOCKS, block="mix-norm", encoder="conv"),
+         "residual stack": replace(STACK_32X4, block="post-act", encoder="conv")}
 # the rungs that split a step of the ladder rather than extend it, and the rung each changes
 SPLITS = {"32x4 stack": "search optimiser", "norm after kernel": "ccnn blocks",
-          "norm after mixing": "ccnn blocks", "final gelu": "ccnn blocks"}
+          "norm after mixing": "ccnn blocks", "final gelu": "ccnn blocks",
+          "conv encoder": "norm after mixing", "residual stack": "32x4 stack"}
 
 
 def build(rung: Rung, in_channels: int, classes: int, length: int):
@@ -122,6 +132,8 @@ def build(rung: Rung, in_channels: int, classes: int, length: int):
 
         def forward(self, x):
             form = rung.block
+            if form == "post-act":  # the stack's layer with a skip: no second mixing
+                return x + act()(self.norm(self.w1(self.conv(x))))
             if form == "kernel-norm":
                 z = self.w1(self.norm(self.conv(x)))
             elif form == "mix-norm":
@@ -138,8 +150,12 @@ def build(rung: Rung, in_channels: int, classes: int, length: int):
 
     w = rung.width
     if rung.block != "plain":
-        body = [nn.Conv1d(in_channels, w, 1, bias=False), nn.BatchNorm1d(w), act(),
-                *(Block(w, k) for k in taps)]
+        if rung.encoder == "conv":
+            body = [conv(in_channels, w, taps[0], first=True), nn.BatchNorm1d(w), act(),
+                    *(Block(w, k) for k in taps[1:])]
+        else:
+            body = [nn.Conv1d(in_channels, w, 1, bias=False), nn.BatchNorm1d(w), act(),
+                    *(Block(w, k) for k in taps)]
         out = w
     else:  # the FCN's stack: widths w, 2w, w
         body, channels = [], in_channels

@@ -30,7 +30,8 @@ def test_each_rung_changes_the_one_above_toward_the_ccnn():
                "long kernels": {"kernels"},
                # the rungs that split a step change the rung SPLITS names
                "32x4 stack": {"kernels", "width", "stack"}, "norm after kernel": {"block"},
-               "norm after mixing": {"block"}, "final gelu": {"block"}}
+               "norm after mixing": {"block"}, "final gelu": {"block"},
+               "conv encoder": {"encoder"}, "residual stack": {"block", "encoder"}}
     ladder = [name for name in A.RUNGS if name not in A.SPLITS]
     for above, rung in [*zip(ladder, ladder[1:]), *((a, r) for r, a in A.SPLITS.items())]:
         a, b = vars(A.RUNGS[above]), vars(A.RUNGS[rung])
@@ -49,8 +50,12 @@ def test_each_rung_changes_the_one_above_toward_the_ccnn():
         == [32] * 4
     x = torch.randn(4, 32, 64)
     gelu = torch.nn.GELU()
-    for name in ("ccnn blocks", "norm after kernel", "norm after mixing", "final gelu"):
+    for name in ("ccnn blocks", "norm after kernel", "norm after mixing", "final gelu",
+                 "residual stack"):
         b = A.build(A.RUNGS[name], 1, 5, 64)[3].eval()  # the first residual block
+        if name == "residual stack":  # the stack's layer with a skip, no second mixing
+            assert torch.allclose(b(x), x + gelu(b.norm(b.w1(b.conv(x))))), name
+            continue
         if name == "norm after kernel":
             z = b.w1(b.norm(b.conv(x)))
         elif name == "norm after mixing":
@@ -61,6 +66,13 @@ def test_each_rung_changes_the_one_above_toward_the_ccnn():
         if name == "final gelu":
             branch = gelu(branch)
         assert torch.allclose(b(x), x + branch), name
+    # a conv encoder is the stack's first layer: a full convolution of the first kernel's taps,
+    # then a block for each further kernel, so the depth is the stack's
+    for name in ("conv encoder", "residual stack"):
+        net = A.build(A.RUNGS[name], 1, 5, 64)
+        first = net[0]
+        assert (first.in_channels, first.out_channels, first.kernel_size) == (1, 32, (9,)), name
+        assert [type(m).__name__ for m in net].count("Block") == 3, name
     long = A.build(A.LONG, 3, 5, 64)
     assert [m.kernel_size for m in long.modules() if getattr(m, "groups", 1) > 1] == [(17,)] * 4
 
