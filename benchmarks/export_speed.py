@@ -43,6 +43,7 @@ import dataclasses
 import math
 import os
 import platform
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,7 +249,7 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
     lines = [
         "# Export speed",
         "",
-        f"Command: `python benchmarks/export_speed.py{''.join(' ' + a for a in argv)}` "
+        f"Command: `{shlex.join(['python', 'benchmarks/export_speed.py', *argv])}` "
         f"({', '.join(f'{k}={v}' for k, v in dataclasses.asdict(opt).items())})",
         f"Machine: {machine()}; load average {load[0]:.1f} before, {load[1]:.1f} after "
         f"(a shared machine: other jobs ran beside this one; compare ratios within a row).",

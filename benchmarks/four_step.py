@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import sys
 from pathlib import Path
 
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--batch and --repeats must be >= 1, got {opt.batch} and {opt.repeats}")
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    print(f"Command: `python benchmarks/four_step.py {' '.join(argv or sys.argv[1:])}`  ")
+    print(f"Command: `python benchmarks/four_step.py {shlex.join(argv or sys.argv[1:])}`  ")
     print(f"Machine: {platform.machine()}, {os.cpu_count()} logical CPUs, 1 onnxruntime thread; "
           f"Python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
           f"{onnxruntime.__version__}\n")

@@ -28,6 +28,7 @@ import argparse
 import math
 import os
 import platform
+import shlex
 import statistics
 import sys
 
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(opt.threads)
     rng = torch.Generator().manual_seed(opt.seed)
 
-    args = " ".join(sys.argv[1:] if argv is None else argv)
+    args = shlex.join(sys.argv[1:] if argv is None else argv)
     print(f"Command: `python benchmarks/latency_prediction.py {args}`  ")
     print(f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, {torch.get_num_threads()} "
           f"torch thread(s), {opt.threads} onnxruntime thread(s); Python "

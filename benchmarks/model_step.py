@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -257,7 +258,7 @@ def main(argv=None) -> None:
         for device, shape, width in settings:
             rows += bench_setting(shape, width, torch.device(device), opt, bar)
     args = sys.argv[1:] if argv is None else list(argv)
-    command = " ".join(["python benchmarks/model_step.py", *args])
+    command = shlex.join(["python", "benchmarks/model_step.py", *args])
     text = table(rows, opt, command, host)
     print(text)
     if not opt.quick:

@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import platform
 import re
+import shlex
 import statistics
 import sys
 import time
@@ -344,7 +345,7 @@ def report(args, runs: list[Run], results: dict, peers: dict, fcns: dict,
                 and r.run_dir in results]
         if done:
             archs.append(f"- {task} (seed {done[0].seed}): {describe_arch(done[0].run_dir)}")
-    command = " ".join(["python benchmarks/ucr_quality.py", *sys.argv[1:]])
+    command = shlex.join(["python", "benchmarks/ucr_quality.py", *sys.argv[1:]])
     invocations = json.loads((Path(args.out) / "invocations.json").read_text()) \
         if (Path(args.out) / "invocations.json").exists() else []
     out = [

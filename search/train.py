@@ -301,6 +301,12 @@ def complexity_ratio(model: DNArch, target: float, units) -> float:
     return float(model_cost(model, units=units)["total"]) / target
 
 
+def trained_params(model: DNArch) -> int:
+    """The parameters the search trains, masks included: a block's first-mixing bias is not one
+    when the block's norm follows that mixing (``block_norm`` "mix" freezes it)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 def within_params(arch, cfg: SearchConfig) -> bool:
     """--max-params met by a round's network (always, without a limit)."""
     return not cfg.max_params or architecture_params(arch) <= cfg.max_params
@@ -558,8 +564,7 @@ def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: f
         "complexity_ratio": ratio, "budget": cfg.budget, "cost_unit": units.name,
         "target": target, "target_macs": cfg.budget * base_cost(model.config),
         "within_budget": within_budget(cfg, ratio, arch), "max_params": cfg.max_params,
-        "params": architecture_params(arch), "search_params": sum(
-            p.numel() for p in model.parameters()),
+        "params": architecture_params(arch), "search_params": trained_params(model),
         "macs": architecture_cost(arch), "wall_seconds": wall, "steps": length.steps,
         "restarts": restarts,
         "higher_is_better": task.higher_is_better,

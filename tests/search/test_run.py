@@ -34,6 +34,7 @@ from search.train import (
     smoothed,
     smoothed_entropy,
     stalled,
+    trained_params,
 )
 
 from .conftest import TINY, run_search
@@ -468,6 +469,15 @@ def test_budget_ramp_tightens_the_target_geometrically():
     assert got == pytest.approx([8.0, 4.0, 2.0, 2.0], rel=1e-12)
     assert scheduled_target(SearchConfig(budget_ramp=0.0), 8.0, 2.0, 0, 100) == 2.0
     assert scheduled_target(cfg, 1.0, 2.0, 25, 100) == pytest.approx(2 ** 0.5)  # loosening too
+
+
+def test_the_norm_after_the_mixing_trains_no_first_mixing_bias():
+    """summary.json's search_params counts what the search trains: with block_norm "mix" each
+    block's first-mixing bias is frozen (the norm centres it away), so D_max x H_max fewer."""
+    pre, post = (DNArch(ModelConfig(in_channels=1, out_channels=3, input_size=(16,), depth=2,
+                                    width=4, block_norm=norm)) for norm in ("input", "mix"))
+    assert trained_params(pre) == sum(p.numel() for p in pre.parameters())
+    assert trained_params(pre) - trained_params(post) == pre.config.max_depth * pre.config.max_width
 
 
 def test_summary_says_how_far_the_search_went(tiny_run):
