@@ -22,7 +22,7 @@ def eval_inputs(model, norm, batches) -> torch.Tensor:
     return x.transpose(0, 1).reshape(x.shape[1], -1)
 
 
-@pytest.mark.parametrize("seed", [0, 3, 7, 21, 34, 55])
+@pytest.mark.parametrize("seed", [0, 3, 4, 7, 21, 34, 55])
 def test_calibration_sets_population_statistics_of_the_deployed_inputs(seed):
     model = random_model(seed)
     batches = [random_input(model, n, seed=i) for i, n in enumerate((5, 3, 8))]
@@ -36,12 +36,17 @@ def test_calibration_sets_population_statistics_of_the_deployed_inputs(seed):
         torch.testing.assert_close(norm.running_var[:n].double(), var, rtol=1e-5, atol=1e-7)
 
 
-def test_norm_sees_the_stream_slice_it_uses():
-    model = random_model(55)  # width learned: narrow blocks inside a wider stream
+@pytest.mark.parametrize("seed", [3, 55, 4])
+def test_norm_sees_the_stream_slice_it_uses(seed):
+    """Width learned: narrow blocks inside a wider stream. A block's norm has n_in channels, or
+    n_mid when it follows the first mixing (block_norm "mix": seeds 55, and 4 with a block of
+    n_mid 8 > n_in 2; seed 3 normalises the input)."""
+    model = random_model(seed)
     plan = model.plan()
     calibrate(model, [random_input(model, 4)], show_progress=False)
     widths = [model.enc_norm] + [model.blocks[p.index].norm for p in plan.blocks]
-    sizes = [plan.stream] + [p.n_in for p in plan.blocks]
+    sizes = [plan.stream] + [p.n_mid if model.config.block_norm == "mix" else p.n_in
+                             for p in plan.blocks]
     assert widths == norms_in_use(model)
     for norm, n in zip(widths, sizes):
         before = norm.running_mean.clone()
