@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import sys
 from pathlib import Path
 
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     batches = args.batches
     repeats = min(args.repeats, 20) if args.quick else args.repeats
     cases = [(*c, b) for c in (QUICK if args.quick else CASES) for b in batches]
-    print(f"$ python benchmarks/axis_matmul.py {' '.join(argv or sys.argv[1:])}".rstrip())
+    flags = sys.argv[1:] if argv is None else argv
+    print(f"$ {shlex.join(['python', 'benchmarks/axis_matmul.py', *flags])}")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
           f"python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
           f"{onnxruntime.__version__}; {args.threads} onnxruntime thread(s), {CHANNELS} channels, "

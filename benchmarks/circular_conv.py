@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import shlex
 import sys
 from pathlib import Path
 
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     rows = [r for n in args.lengths for r in compare(n, args.batch, args.repeats)]
     flags = sys.argv[1:] if argv is None else list(argv)
-    text = report(rows, " ".join(["python benchmarks/circular_conv.py", *flags]))
+    text = report(rows, shlex.join(["python", "benchmarks/circular_conv.py", *flags]))
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)

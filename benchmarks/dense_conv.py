@@ -30,6 +30,7 @@ import argparse
 import math
 import os
 import platform
+import shlex
 import sys
 from pathlib import Path
 
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     repeats = min(args.repeats, 20) if args.quick else args.repeats
     cases = QUICK if args.quick else CASES
-    print(f"$ python benchmarks/dense_conv.py {' '.join(argv or sys.argv[1:])}".rstrip())
+    flags = sys.argv[1:] if argv is None else argv
+    print(f"$ {shlex.join(['python', 'benchmarks/dense_conv.py', *flags])}")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
           f"python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
           f"{onnxruntime.__version__}; {args.threads} onnxruntime thread(s), median of "

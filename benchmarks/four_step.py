@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--batch and --repeats must be >= 1, got {opt.batch} and {opt.repeats}")
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    print(f"Command: `python benchmarks/four_step.py {shlex.join(argv or sys.argv[1:])}`  ")
+    flags = sys.argv[1:] if argv is None else argv
+    print(f"Command: `{shlex.join(['python', 'benchmarks/four_step.py', *flags])}`  ")
     print(f"Machine: {platform.machine()}, {os.cpu_count()} logical CPUs, 1 onnxruntime thread; "
           f"Python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
           f"{onnxruntime.__version__}\n")

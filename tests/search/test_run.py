@@ -471,9 +471,11 @@ def test_budget_ramp_tightens_the_target_geometrically():
     assert scheduled_target(cfg, 1.0, 2.0, 25, 100) == pytest.approx(2 ** 0.5)  # loosening too
 
 
-def test_the_norm_after_the_mixing_trains_no_first_mixing_bias():
+def test_the_norm_after_the_mixing_trains_no_first_mixing_bias(tiny_run):
     """summary.json's search_params counts what the search trains: with block_norm "mix" each
     block's first-mixing bias is frozen (the norm centres it away), so D_max x H_max fewer."""
+    run = DNArch(ModelConfig(**R.read_config(tiny_run)["model"]))
+    assert R.read_summary(tiny_run)["search_params"] == trained_params(run)
     pre, post = (DNArch(ModelConfig(in_channels=1, out_channels=3, input_size=(16,), depth=2,
                                     width=4, block_norm=norm)) for norm in ("input", "mix"))
     assert trained_params(pre) == sum(p.numel() for p in pre.parameters())
