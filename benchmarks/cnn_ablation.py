@@ -21,7 +21,7 @@ test), each fit in a process of its own with one thread:
 - long kernels: the blocks' kernels a quarter of the input long (the search's found kernels are
   tens to hundreds of taps; the base CCNN's span the input).
 
-Rungs that split the "ccnn blocks" step (each from "search optimiser" or "ccnn blocks"):
+Rungs that split a step of the ladder (each changes the rung `SPLITS` names):
 
 - 32x4 stack: the depthwise conv-BN-GELU stack of "search optimiser" at the CCNN's sizes, 4
   layers of 32 channels with kernels of 9, 5, 3 and 9 taps (size and depth, not the block's form);
@@ -34,7 +34,9 @@ Rungs that split the "ccnn blocks" step (each from "search optimiser" or "ccnn b
 - conv encoder: "norm after mixing" with the stack's first layer (a full convolution of 9 taps,
   BatchNorm, GELU) for the pointwise encoder and the first block, so the depth is the stack's;
 - residual stack: "32x4 stack" with a skip around each layer after the first,
-  x + GELU(BatchNorm(W1 depthwise(x))): the stack's layers as residual blocks, no second mixing.
+  x + GELU(BatchNorm(W1 depthwise(x))): the stack's layers as residual blocks, no second mixing;
+- conv encoder, long / residual stack, long: the blocks' kernels a quarter of the input long, as
+  "long kernels" does (the first layer keeps its 9 taps).
 
 What no rung reaches: the search's validation hold-out and result rule, its warm-up, label
 smoothing, shifts and jitter, and the kernel network and masks themselves.
@@ -102,10 +104,14 @@ RUNGS = {"fcn": FCN, "depthwise": DEPTHWISE, "search optimiser": SEARCH_OPTIMISE
          "final gelu": replace(CCNN_BLOCKS, block="pre-norm+gelu"),
          "conv encoder": replace(CCNN_BLOCKS, block="mix-norm", encoder="conv"),
          "residual stack": replace(STACK_32X4, block="post-act", encoder="conv")}
+# the blocks' kernels long, the conv encoder's first layer still 9 taps
+RUNGS |= {"conv encoder, long": replace(RUNGS["conv encoder"], kernels=(9, 0, 0, 0)),
+          "residual stack, long": replace(RUNGS["residual stack"], kernels=(9, 0, 0, 0))}
 # the rungs that split a step of the ladder rather than extend it, and the rung each changes
 SPLITS = {"32x4 stack": "search optimiser", "norm after kernel": "ccnn blocks",
           "norm after mixing": "ccnn blocks", "final gelu": "ccnn blocks",
-          "conv encoder": "norm after mixing", "residual stack": "32x4 stack"}
+          "conv encoder": "norm after mixing", "residual stack": "32x4 stack",
+          "conv encoder, long": "conv encoder", "residual stack, long": "residual stack"}
 
 
 def build(rung: Rung, in_channels: int, classes: int, length: int):
@@ -128,6 +134,7 @@ def build(rung: Rung, in_channels: int, classes: int, length: int):
             super().__init__()
             self.norm = nn.BatchNorm1d(width)
             self.conv = nn.Conv1d(width, width, k, padding="same", groups=width)
+            # (post-act leaves w2 unused: it gets no gradient, so AdamW neither moves nor decays it)
             self.w1, self.w2 = nn.Conv1d(width, width, 1), nn.Conv1d(width, width, 1)
 
         def forward(self, x):
@@ -242,8 +249,9 @@ def report(args, results: dict, seconds: float) -> str:
         f"{args.jobs} fits at a time, 1 thread each; Python {platform.python_version()}, "
         f"torch {torch.__version__}; {seconds / 60:.0f} min wall; {code_state()}.  ",
         f"Test accuracy, mean ± std over {args.seeds} seed(s); {args.steps} steps a fit on "
-        "train + val. Each rung takes the one above it a step toward the CCNN "
-        "(benchmarks/cnn_ablation.py's docstring says what each changes).",
+        "train + val. Each rung takes the one above it a step toward the CCNN, or splits the "
+        "step of the rung `SPLITS` names (benchmarks/cnn_ablation.py's docstring says what "
+        "each changes).",
         "",
         *lines,
     ]) + "\n"

@@ -31,7 +31,8 @@ def test_each_rung_changes_the_one_above_toward_the_ccnn():
                # the rungs that split a step change the rung SPLITS names
                "32x4 stack": {"kernels", "width", "stack"}, "norm after kernel": {"block"},
                "norm after mixing": {"block"}, "final gelu": {"block"},
-               "conv encoder": {"encoder"}, "residual stack": {"block", "encoder"}}
+               "conv encoder": {"encoder"}, "residual stack": {"block", "encoder"},
+               "conv encoder, long": {"kernels"}, "residual stack, long": {"kernels"}}
     ladder = [name for name in A.RUNGS if name not in A.SPLITS]
     for above, rung in [*zip(ladder, ladder[1:]), *((a, r) for r, a in A.SPLITS.items())]:
         a, b = vars(A.RUNGS[above]), vars(A.RUNGS[rung])
@@ -72,7 +73,13 @@ def test_each_rung_changes_the_one_above_toward_the_ccnn():
         net = A.build(A.RUNGS[name], 1, 5, 64)
         first = net[0]
         assert (first.in_channels, first.out_channels, first.kernel_size) == (1, 32, (9,)), name
-        assert [type(m).__name__ for m in net].count("Block") == 3, name
+        assert [m.conv.kernel_size for m in net if type(m).__name__ == "Block"] == [
+            (5,), (3,), (9,)], name
+    # long: the blocks' kernels a quarter of the input (17 taps of 64), the first layer's 9
+    for name in ("conv encoder, long", "residual stack, long"):
+        net = A.build(A.RUNGS[name], 1, 5, 64)
+        assert net[0].kernel_size == (9,), name
+        assert [m.conv.kernel_size for m in net if type(m).__name__ == "Block"] == [(17,)] * 3
     long = A.build(A.LONG, 3, 5, 64)
     assert [m.kernel_size for m in long.modules() if getattr(m, "groups", 1) > 1] == [(17,)] * 4
 
