@@ -36,7 +36,6 @@ from .lowering import block_resolution, resample_axes, spectrum_resample
 from .spectrum import why_not
 from .static import StaticNet
 from .tactics import TACTICS, conv_macs
-from .timing import progress
 from .tune import measure_resample, measure_tactics, time_networks
 
 if TYPE_CHECKING:
@@ -149,8 +148,9 @@ def fastest_network(
         return list(per_layer), {**evidence, "kept": "per-layer",
                                  "why": "no other candidate: nothing timed"}
     table: dict[str, dict[str, float]] = {}
-    for b in batches:
-        timings = time_networks(static, list(candidates.values()), resample, b, threads, repeats)
+    by_batch = time_networks(static, list(candidates.values()), resample, batches, threads,
+                             repeats)
+    for b, timings in zip(batches, by_batch):
         table[str(b)] = {c["name"]: t["median_ms"] for c, t in zip(evidence["candidates"], timings)}
         for entry, times in zip(evidence["candidates"], timings):
             entry.setdefault("ms_by_batch", {})[str(b)] = times["median_ms"]
@@ -188,9 +188,9 @@ def fastest_stream(
         return resample, {"kept": "per-axis", "why": f"spectrum not timed: {reason}"}
     spectral = spectrum_resample(static)
     table = {}
-    for b in progress(batch, desc="tune stream"):
-        per_axis, spectrum = time_networks(static, [(tactics, resample), (tactics, spectral)],
-                                           resample, b, threads, repeats)
+    by_batch = time_networks(static, [(tactics, resample), (tactics, spectral)], resample, batch,
+                             threads, repeats)
+    for b, (per_axis, spectrum) in zip(batch, by_batch):
         table[str(b)] = {"per-axis": per_axis["median_ms"], "spectrum": spectrum["median_ms"]}
     kept = least_regret(table)
     times = "; ".join(f"B={b} " + ", ".join(f"{k} {ms:.3f} ms" for k, ms in t.items())
@@ -223,8 +223,8 @@ def choose_tactics(static: StaticNet, options: ExportOptions) -> tuple[list[str]
     if options.tactic is not None:
         tactics, evidence = [options.tactic] * n, [{"by": "forced"} for _ in range(n)]
     elif options.tune:
-        by_batch = {str(b): measure_tactics(static, b, options.threads, options.repeats)
-                    for b in batches}
+        by_batch = dict(zip(map(str, batches),
+                            measure_tactics(static, batches, options.threads, options.repeats)))
         evidence = []
         for i in range(n):
             ms = {b: {t: v["median_ms"] for t, v in m[i].items()} for b, m in by_batch.items()}
@@ -244,7 +244,7 @@ def measure_resample_batches(static: StaticNet, batches: list[int], threads: int
                              ) -> list[dict[str, list[dict]]]:
     """:func:`export.tune.measure_resample` at every batch; a timed axis keeps
     :func:`least_regret`'s tactic, its ``ms`` at the first batch and ``ms_by_batch``."""
-    runs = {str(b): measure_resample(static, b, threads, repeats) for b in batches}
+    runs = dict(zip(map(str, batches), measure_resample(static, batches, threads, repeats)))
     first = runs[str(batches[0])]
     for i, block in enumerate(first):
         for kind, axes in block.items():

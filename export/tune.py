@@ -4,11 +4,17 @@ Every candidate convolution of every block goes into one wrapper module (one ONN
 whole search); each candidate is then cut out as its own sub-model and timed, candidates of a block
 round-robin (export.timing). Resampling candidates are measured the same way.
 
+Each graph is exported once, its batch axis dynamic as in the shipped model, and timed at every
+batch asked for: an ONNX export takes seconds, a timing milliseconds.
+
 Per-layer timings need not add up to the whole network's (caches, the neighbouring layers), so
 :func:`time_networks` also times whole lowered networks side by side.
 """
 
 from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -72,30 +78,35 @@ class Candidates(nn.Module):
 
 def measure_tactics(
     static: StaticNet,
-    batch: int = 1,
+    batches: Sequence[int] = (1,),
     threads: int = 0,
     repeats: int = 20,
     tactics: tuple[str, ...] = TACTICS,
-) -> list[dict[str, dict[str, float]]]:
-    """Per block, per tactic: onnxruntime latency of the convolution alone (ms); a tactic that
-    would be the same lowering as an earlier one (:func:`export.tactics.distinct_tactics`), or
-    that needs more than MAX_MAC_RATIO times the fewest MACs (:func:`worth_timing`), is left out
-    of that block's entry."""
+) -> list[list[dict[str, dict[str, float]]]]:
+    """Per batch, per block, per tactic: onnxruntime latency of the convolution alone (ms); a
+    tactic that would be the same lowering as an earlier one (:func:`export.tactics
+    .distinct_tactics`), or that needs more than MAX_MAC_RATIO times the fewest MACs
+    (:func:`worth_timing`), is left out of that block's entry."""
     if not static.blocks:
-        return []
+        return [[] for _ in batches]
     wrapper = Candidates(static, tactics).eval()
-    example = tuple(
-        torch.randn(batch, block.n_in, *block_resolution(block)) for block in static.blocks
-    )
-    model = to_onnx(wrapper, example, dynamic_batch=False)
+    example = tuple(torch.randn(1, block.n_in, *block_resolution(block))
+                    for block in static.blocks)
+    model = to_onnx(wrapper, example)
     groups = layers(model)
-    results: list[dict[str, dict[str, float]]] = []
-    for b in progress(range(len(static.blocks)), desc="tune tactics"):
-        fns, names = [], [key.split("_", 1)[1] for bb, key in wrapper.keys if bb == b]
-        for tactic in names:
-            sub = sub_model(model, *layer_boundaries(model, groups[f"convs.b{b}_{tactic}"]))
-            fns.append(runner(session(sub, threads), random_feeds(sub, batch)))
-        results.append(dict(zip(names, measure(fns, repeats))))
+    subs = []  # per block: (tactic names, their sub-models and sessions)
+    for b in range(len(static.blocks)):
+        names = [key.split("_", 1)[1] for bb, key in wrapper.keys if bb == b]
+        models = [sub_model(model, *layer_boundaries(model, groups[f"convs.b{b}_{t}"]))
+                  for t in names]
+        subs.append((names, [(m, session(m, threads)) for m in models]))
+    results = []
+    for batch in batches:
+        per_block = []
+        for names, sessions in progress(subs, desc=f"tune tactics B={batch}"):
+            fns = [runner(sess, random_feeds(m, batch)) for m, sess in sessions]
+            per_block.append(dict(zip(names, measure(fns, repeats))))
+        results.append(per_block)
     return results
 
 
@@ -103,27 +114,27 @@ def time_networks(
     static: StaticNet,
     candidates: list[list[str] | tuple[list[str], list[dict[str, list[str]]]]],
     resample: list[dict[str, list[str]]],
-    batch: int = 1,
+    batches: Sequence[int] = (1,),
     threads: int = 0,
     repeats: int = 20,
-) -> list[dict[str, float]]:
-    """Per candidate tactic assignment (or a (tactics, resampling tactics) pair): the whole network
-    lowered with it (and ``resample``), exported as the pipeline exports it (batch dynamic) and
-    timed side by side in onnxruntime (export.timing.measure: round-robin, medians) on the same
-    random input of ``batch`` samples."""
+) -> list[list[dict[str, float]]]:
+    """Per batch, per candidate tactic assignment (or a (tactics, resampling tactics) pair): the
+    whole network lowered with it (and ``resample``), exported once as the pipeline exports it
+    (batch dynamic) and timed side by side in onnxruntime (export.timing.measure: round-robin,
+    medians) on the same random input of that many samples."""
     spec = static.spec
-    shape = [batch if d is None else d for d in spec["input_shape"]]
+    shape = [1 if d is None else d for d in spec["input_shape"]]
     if spec["input_dtype"] == "int64":
         example = torch.randint(0, max(spec["vocab_size"], 1), shape)
     else:
         example = torch.randn(shape)
-    fns = []
+    sessions = []
     for candidate in progress(candidates, desc="tune whole network"):
         tactics, rs = candidate if isinstance(candidate, tuple) else (candidate, resample)
         model = to_onnx(lower(static, tactics, rs), (example,))
-        feeds = random_feeds(model, batch, spec["vocab_size"])
-        fns.append(runner(session(model, threads), feeds))
-    return measure(fns, repeats)
+        sessions.append((model, session(model, threads)))
+    return [measure([runner(sess, random_feeds(m, batch, spec["vocab_size"]))
+                     for m, sess in sessions], repeats) for batch in batches]
 
 
 class ResampleCandidates(nn.Module):
@@ -143,14 +154,15 @@ class ResampleCandidates(nn.Module):
 
 
 def measure_resample(
-    static: StaticNet, batch: int = 1, threads: int = 0, repeats: int = 20
-) -> list[dict[str, list[dict]]]:
-    """Per block, ``down`` / ``up``, per resampled axis: ``{"tactic", "by", "ms"}``. Axes with
-    one candidate (no common factor for the factored form) or up to MATRIX_MAX samples (where
-    the model itself uses the matrix, and the dense MatMul wins) keep ``dense`` untimed."""
+    static: StaticNet, batches: Sequence[int] = (1,), threads: int = 0, repeats: int = 20
+) -> list[list[dict[str, list[dict]]]]:
+    """Per batch, per block, ``down`` / ``up``, per resampled axis: ``{"tactic", "by", "ms"}``.
+    Axes with one candidate (no common factor for the factored form) or up to MATRIX_MAX samples
+    (where the model itself uses the matrix, and the dense MatMul wins) keep ``dense``
+    untimed."""
     axes = resample_axes(static)
     size = tuple(static.spec["spatial"])
-    keys, inputs, choice = [], [], []
+    keys, inputs, untimed = [], [], []
     for b, (block, ax) in enumerate(zip(static.blocks, axes)):
         entry = {}
         for kind, channels in (("down", block.n_in), ("up", block.n_out)):
@@ -162,26 +174,30 @@ def measure_resample(
                     entry[kind].append({"tactic": "dense", "by": "short axis or no factor"})
                 else:
                     entry[kind].append({"tactic": None, "by": "measured", "ms": {}})
-                    x = torch.randn(batch, channels, *shape)
+                    x = torch.randn(1, channels, *shape)
                     for tactic in cands:
                         keys.append((b, kind, j, tactic))
                         inputs.append(x.clone())
                 shape[dim] = m
-        choice.append(entry)
-    if keys:
-        wrapper = ResampleCandidates(static, axes, keys).eval()
-        model = to_onnx(wrapper, tuple(inputs), dynamic_batch=False)
-        groups = layers(model)
-        todo = sorted({(b, kind, j) for b, kind, j, _ in keys})
-        for b, kind, j in progress(todo, desc="tune resampling"):
-            tactics = [t for bb, k, jj, t in keys if (bb, k, jj) == (b, kind, j)]
-            fns = []
-            for tactic in tactics:
-                group = groups[f"mods.b{b}_{kind}{j}_{tactic}"]
-                sub = sub_model(model, *layer_boundaries(model, group))
-                fns.append(runner(session(sub, threads), random_feeds(sub, batch)))
+        untimed.append(entry)
+    choices = [copy.deepcopy(untimed) for _ in batches]
+    if not keys:
+        return choices
+    wrapper = ResampleCandidates(static, axes, keys).eval()
+    model = to_onnx(wrapper, tuple(inputs))
+    groups = layers(model)
+    subs = {}  # per resampled axis: its tactics, their sub-models and sessions
+    for b, kind, j in sorted({(b, kind, j) for b, kind, j, _ in keys}):
+        tactics = [t for bb, k, jj, t in keys if (bb, k, jj) == (b, kind, j)]
+        models = [sub_model(model, *layer_boundaries(model, groups[f"mods.b{b}_{kind}{j}_{t}"]))
+                  for t in tactics]
+        subs[b, kind, j] = tactics, [(m, session(m, threads)) for m in models]
+    for batch, choice in zip(batches, choices):
+        for (b, kind, j), (tactics, sessions) in progress(subs.items(),
+                                                          desc=f"tune resampling B={batch}"):
+            fns = [runner(sess, random_feeds(m, batch)) for m, sess in sessions]
             ms = {t: r["median_ms"] for t, r in zip(tactics, measure(fns, repeats))}
             entry = choice[b][kind][j]
             entry["ms"] = ms
             entry["tactic"] = min(ms, key=ms.get)
-    return choice
+    return choices

@@ -278,8 +278,8 @@ def test_an_export_that_keeps_the_spectrum_ships_it_and_verifies(monkeypatch, tm
     from .test_export_pipeline import fake_task
     from .test_export_whole_network import injected
 
-    monkeypatch.setattr(policy, "measure_tactics", lambda static, *args: [
-        {"direct": {"median_ms": 1.0, "min_ms": 1.0}} for _ in static.blocks])
+    monkeypatch.setattr(policy, "measure_tactics", lambda static, batches, *args: [[
+        {"direct": {"median_ms": 1.0, "min_ms": 1.0}} for _ in static.blocks] for _ in batches])
     monkeypatch.setattr(tune, "measure", injected()[0])  # the last candidate is the fastest
     model = random_model(58)
     options = ExportOptions(bench=False, torchscript=False, batch_size=16, repeats=2)

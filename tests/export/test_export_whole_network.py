@@ -91,13 +91,49 @@ def test_no_alternative_times_nothing(monkeypatch, one_block):
     assert evidence["candidates"] == [{"name": "per-layer", "tactics": ["direct"]}]
 
 
+def test_each_candidate_is_exported_once_and_timed_at_every_batch(monkeypatch, one_block):
+    """Two batches: each whole network is exported once (its batch axis is dynamic) and the same
+    sessions are timed side by side at each batch, on inputs of that many samples."""
+    static, resample = one_block
+    measure, calls = injected()
+    exported, fed = [], []
+    monkeypatch.setattr(tune, "measure", measure)
+    monkeypatch.setattr(tune, "to_onnx", stand_in_exporter(exported))
+    feeds = tune.random_feeds
+    monkeypatch.setattr(tune, "random_feeds", lambda model, batch, *a: fed.append(batch) or
+                        feeds(model, batch, *a))
+    tactics, evidence = policy.fastest_network(static, ["matmul"], resample, batch=[1, 4])
+    assert exported == [["matmul"], ["direct"], ["dense"], ["multistep"], ["dft"]]
+    assert calls == [5, 5] and fed == [1] * 5 + [4] * 5
+    assert all(set(c["ms_by_batch"]) == {"1", "4"} for c in evidence["candidates"])
+
+
+def test_tactics_and_resampling_are_exported_once_for_every_batch(monkeypatch):
+    """measure_tactics and measure_resample export one wrapper for all batches and time each
+    candidate at each batch: per batch, the same blocks and candidates."""
+    model = random_model(51, long=True)  # two blocks at 80 of 1522 samples
+    static = materialize(model, freeze(model))
+    measure, calls = injected()
+    exports = []
+    real = tune.to_onnx
+    monkeypatch.setattr(tune, "measure", measure)
+    monkeypatch.setattr(tune, "to_onnx", lambda *a, **k: exports.append(1) or real(*a, **k))
+    tactics = tune.measure_tactics(static, [1, 3], threads=1, repeats=1)
+    assert len(exports) == 1 and len(tactics) == 2
+    assert [list(b) for b in tactics[0]] == [list(b) for b in tactics[1]] != []
+    resample = tune.measure_resample(static, [1, 3], threads=1, repeats=1)
+    timed = [[sorted(e["ms"]) for block in r for axes in block.values() for e in axes
+              if e["by"] == "measured"] for r in resample]
+    assert len(exports) == 2 and len(timed) == 2 and timed[0] == timed[1] != []
+    assert all(len(t) > 1 for t in timed[0])  # more than one candidate timed per axis
+
 def test_export_uses_the_kept_network_and_records_why(monkeypatch, tmp_path):
     """With injected timings the per-layer winner is dft for every block, but the whole network
     with matmul everywhere is fastest: the export lowers matmul, says so, and still verifies."""
     per_layer = {"direct": 3.0, "matmul": 2.0, "dft": 1.0}
-    monkeypatch.setattr(policy, "measure_tactics", lambda static, *args: [
+    monkeypatch.setattr(policy, "measure_tactics", lambda static, batches, *args: [[
         {t: {"median_ms": ms, "min_ms": ms} for t, ms in per_layer.items()}
-        for _ in static.blocks])
+        for _ in static.blocks] for _ in batches])
     monkeypatch.setattr(tune, "measure", injected()[0])  # the networks: the last one fastest
     model = random_model(1)
     options = ExportOptions(bench=False, torchscript=False, batch_size=16, repeats=2)
