@@ -189,7 +189,16 @@ def test_existing_run_dir_is_refused_and_untouched(tiny_run):
     assert {p: p.stat().st_mtime_ns for p in tiny_run.rglob("*")} == before
 
 
-def test_bad_input_gives_one_clear_message(tmp_path):
+def test_bad_input_gives_one_clear_message(tmp_path, capsys, monkeypatch):
+    """Each bad flag: exit status 2, one line naming it, nothing created. search.run.main runs in
+    this process (an interpreter start per case took a minute); the first case also runs as the
+    real command."""
+    import warnings
+
+    from search import run
+
+    monkeypatch.setenv("CI", "1")
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # main sets its own
     cases = [
         (["--task", "nosuchtask"], "nosuchtask"),
         (["--budget", "0"], "--budget"),
@@ -214,13 +223,16 @@ def test_bad_input_gives_one_clear_message(tmp_path):
         (["--mixup", "-0.2"], "--mixup must be >= 0 (0: off), got -0.2"),
         (["--jitter", "-0.1"], "--jitter must be >= 0 (0: off), got -0.1"),
     ]
+    out = tmp_path / "never"
+    proc = run_search(*cases[0][0], "--out", str(out), check=False)
+    assert proc.returncode == 2 and cases[0][1] in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists(), proc.stderr
     for args, needle in cases:
-        out = tmp_path / "never"
-        proc = run_search(*args, "--out", str(out), check=False)
-        assert proc.returncode == 2, (args, proc.stderr)
-        assert needle in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
-        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-        assert not out.exists()
+        code = run.main([*args, "--out", str(out)])
+        err = capsys.readouterr().err
+        assert code == 2, (args, err)
+        assert needle in err and "Traceback" not in err, (args, err)
+        assert len(err.strip().splitlines()) == 1 and not out.exists(), (args, err)
 
 
 def test_unwritable_run_dir(tmp_path):
