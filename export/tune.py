@@ -86,7 +86,8 @@ def measure_tactics(
     """Per batch, per block, per tactic: onnxruntime latency of the convolution alone (ms); a
     tactic that would be the same lowering as an earlier one (:func:`export.tactics
     .distinct_tactics`), or that needs more than MAX_MAC_RATIO times the fewest MACs
-    (:func:`worth_timing`), is left out of that block's entry."""
+    (:func:`worth_timing`), is left out of that block's entry. Every candidate's session stays
+    open until the last batch is timed (with --threads > 1, each with its own thread pool)."""
     if not static.blocks:
         return [[] for _ in batches]
     wrapper = Candidates(static, tactics).eval()
@@ -94,8 +95,8 @@ def measure_tactics(
                     for block in static.blocks)
     model = to_onnx(wrapper, example)
     groups = layers(model)
-    subs = []  # per block: (tactic names, their sub-models and sessions)
-    for b in range(len(static.blocks)):
+    subs = []  # per block: (tactic names, their sub-models and sessions), kept for every batch
+    for b in progress(range(len(static.blocks)), desc="tune tactics: sessions"):
         names = [key.split("_", 1)[1] for bb, key in wrapper.keys if bb == b]
         models = [sub_model(model, *layer_boundaries(model, groups[f"convs.b{b}_{t}"]))
                   for t in names]
@@ -129,12 +130,13 @@ def time_networks(
     else:
         example = torch.randn(shape)
     sessions = []
-    for candidate in progress(candidates, desc="tune whole network"):
+    for candidate in progress(candidates, desc="tune whole networks: export"):
         tactics, rs = candidate if isinstance(candidate, tuple) else (candidate, resample)
         model = to_onnx(lower(static, tactics, rs), (example,))
         sessions.append((model, session(model, threads)))
     return [measure([runner(sess, random_feeds(m, batch, spec["vocab_size"]))
-                     for m, sess in sessions], repeats) for batch in batches]
+                     for m, sess in sessions], repeats)
+            for batch in progress(batches, desc="tune whole networks: time")]
 
 
 class ResampleCandidates(nn.Module):
@@ -187,7 +189,8 @@ def measure_resample(
     model = to_onnx(wrapper, tuple(inputs))
     groups = layers(model)
     subs = {}  # per resampled axis: its tactics, their sub-models and sessions
-    for b, kind, j in sorted({(b, kind, j) for b, kind, j, _ in keys}):
+    for b, kind, j in progress(sorted({(b, kind, j) for b, kind, j, _ in keys}),
+                               desc="tune resampling: sessions"):
         tactics = [t for bb, k, jj, t in keys if (bb, k, jj) == (b, kind, j)]
         models = [sub_model(model, *layer_boundaries(model, groups[f"mods.b{b}_{kind}{j}_{t}"]))
                   for t in tactics]

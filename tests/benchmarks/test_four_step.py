@@ -29,7 +29,7 @@ def test_quick_run_prints_each_grid_with_the_picked_one_marked():
     # a global kernel on 150 samples: fewest MACs at N2 = 7, the multiple of 8 export picks 16
     assert "| 32 | 150 | 299 | 1 | 43x7: " in rows[0] and "*19x16: " in rows[0]
     assert "| 64 | 256 | 511 | 1 | 47x11: " in rows[1] and "*32x16: " in rows[1]
-    assert all(row.count("*") == 1 for row in rows)
+    assert all(row.count("*") == 1 and row.count("; ") == 1 for row in rows)  # --quick: 2 grids
     # channels, length, batch, the grid export picks, two timings and their ratio
     assert layouts[0].startswith("| 32 | 150 | 1 | 19x16 | ")
     assert layouts[1].startswith("| 64 | 256 | 1 | 32x16 | ")

@@ -114,18 +114,32 @@ def test_tactics_and_resampling_are_exported_once_for_every_batch(monkeypatch):
     model = random_model(51, long=True)  # two blocks at 80 of 1522 samples
     static = materialize(model, freeze(model))
     measure, calls = injected()
-    exports = []
-    real = tune.to_onnx
+    exports, fed = [], []
+    real_export, real_feeds = tune.to_onnx, tune.random_feeds
     monkeypatch.setattr(tune, "measure", measure)
-    monkeypatch.setattr(tune, "to_onnx", lambda *a, **k: exports.append(1) or real(*a, **k))
+    monkeypatch.setattr(tune, "to_onnx", lambda *a, **k: exports.append(1) or real_export(*a, **k))
+
+    def feeds(*args):  # the batch each session actually gets (a fixed batch would ignore it)
+        out = real_feeds(*args)
+        fed.extend(len(v) for v in out.values())
+        return out
+
+    monkeypatch.setattr(tune, "random_feeds", feeds)
     tactics = tune.measure_tactics(static, [1, 3], threads=1, repeats=1)
     assert len(exports) == 1 and len(tactics) == 2
     assert [list(b) for b in tactics[0]] == [list(b) for b in tactics[1]] != []
+    n = sum(calls)  # every candidate's sub-model, once per batch
+    assert fed == [1] * (n // 2) + [3] * (n // 2)
+    fed.clear()
     resample = tune.measure_resample(static, [1, 3], threads=1, repeats=1)
-    timed = [[sorted(e["ms"]) for block in r for axes in block.values() for e in axes
-              if e["by"] == "measured"] for r in resample]
-    assert len(exports) == 2 and len(timed) == 2 and timed[0] == timed[1] != []
-    assert all(len(t) > 1 for t in timed[0])  # more than one candidate timed per axis
+    timed = [[e for block in r for axes in block.values() for e in axes if e["by"] == "measured"]
+             for r in resample]
+    assert len(exports) == 2 and len(timed) == 2 and len(timed[0]) == len(timed[1]) > 0
+    for one, three in zip(*timed):  # the same candidates, in entries of their own per batch
+        assert sorted(one["ms"]) == sorted(three["ms"]) and len(one["ms"]) > 1
+        assert one is not three and one["ms"] is not three["ms"]
+    assert fed == [1] * (len(fed) // 2) + [3] * (len(fed) // 2) != []
+
 
 def test_export_uses_the_kept_network_and_records_why(monkeypatch, tmp_path):
     """With injected timings the per-layer winner is dft for every block, but the whole network

@@ -199,6 +199,7 @@ def test_bad_input_gives_one_clear_message(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setenv("CI", "1")
     monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # main sets its own
+    monkeypatch.setattr("search.train.flush_denormals", lambda: None)  # a process-wide setting
     cases = [
         (["--task", "nosuchtask"], "nosuchtask"),
         (["--budget", "0"], "--budget"),
