@@ -168,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         n = conv_fft_length(length, taps)
         chosen = fft_factors(length, taps, 2)
         grids = [fewest_macs(length, taps)]
-        grids += [(-(-n // f), f) for f in FOUR_STEP_N2 if f <= 48 and (-(-n // f), f) != grids[0]
-                  and (not opt.quick or (-(-n // f), f) == chosen)]
+        others = ((-(-n // f), f) for f in FOUR_STEP_N2 if f <= 48)  # N1 the least reaching n
+        grids += [g for g in others if g != grids[0] and (not opt.quick or g == chosen)]
         modules = [MatMulFFTConv(kernel, (length,), factors=g) for g in grids]
         x = torch.randn(2, channels, length)
         ref = direct_conv(x.double(), kernel.double())
