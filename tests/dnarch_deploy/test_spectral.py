@@ -246,11 +246,18 @@ def test_masked_fft_conv_is_a_correlation_with_the_masked_kernel(size, kernel, a
     torch.testing.assert_close(fft_conv(x, k, ones, n), fft_conv(x, k), rtol=0, atol=1e-11)
 
 
-@pytest.mark.parametrize("size, kernel", [((9,), (5,)), ((6, 5), (3, 5))], ids=str)
+@pytest.mark.parametrize("size, kernel", [((9,), (5,)), ((7,), (5,)), ((6, 5), (3, 5)),
+                                          ((5, 6), (3, 5))], ids=str)
 def test_fft_conv_gradients(size, kernel):
-    x = torch.randn(2, 3, *size, dtype=F64, requires_grad=True)
-    k = torch.randn(3, *kernel, dtype=F64, requires_grad=True)
+    """fft_conv's own backward (even and odd FFT lengths on the one-sided axis) against finite
+    differences, in the input, the kernel and a spectrum mask on every axis."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, *size, generator=g, dtype=F64, requires_grad=True)
+    k = torch.randn(3, *kernel, generator=g, dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(fft_conv, (x, k))
+    n = [v + 1 for v in conv_fft_sizes(size, kernel)]
+    mask = _symmetric_mask(n, range(len(size)), g).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b, m: fft_conv(a, b, m, n), (x, k, mask))
 
 
 def circular_same(x: torch.Tensor, kernel: torch.Tensor, n: int) -> torch.Tensor:
