@@ -312,8 +312,9 @@ class Plan:
 def _pointwise(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """A 1x1 convolution on (B, C, *S) as one batched matmul: (B, out, *S). The weight is
     expanded over the batch, not copied: torch.matmul's (out, C) @ (B, C, P) copies x transposed
-    to fold the batch into one product, and on CPU took 2.5x as long forward and 1.6x backward
-    at (32, 32, 150), the same values (``benchmarks/model_step.py``)."""
+    to fold the batch into one product; on CPU it took 1.5-1.9x as long forward + backward, and
+    the default GunPoint search's whole training step 1.11x, with the same values
+    (``benchmarks/pointwise_forms.py``)."""
     y = torch.bmm(weight.expand(x.shape[0], -1, -1), x.flatten(2))
     if bias is not None:
         y = y + bias[:, None]

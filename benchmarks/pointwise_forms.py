@@ -1,0 +1,168 @@
+"""The training model's 1x1 convolutions in two forms, side by side in one run.
+
+``matmul``: ``torch.matmul(weight, x.flatten(2))``, an (out, C) @ (B, C, P) product (the form
+before 4ba727c). ``bmm``: ``torch.bmm`` with the weight expanded over the batch, no copy
+(:func:`dnarch_deploy.model._pointwise`). torch.matmul folds the batch into one product and copies
+x transposed to do it, forward and backward.
+
+Per shape: one layer's forward and forward + backward. Then whole training steps of the default
+search's model (``python -m search.run`` on ucr:GunPoint: forward, task loss + lambda L_comp,
+backward, as ``benchmarks/model_step.py`` times them) with one form or the other swapped in. Forms
+alternate repetition by repetition; medians.
+
+    python benchmarks/pointwise_forms.py          # writes benchmarks/results/pointwise_forms.md
+    python benchmarks/pointwise_forms.py --quick  # a fast sanity run (nothing written)
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+for path in (ROOT, ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from model_step import make_step  # noqa: E402
+
+import dnarch_deploy.model as model_module  # noqa: E402
+from dnarch_deploy import DNArch  # noqa: E402
+from dnarch_deploy.latency import cpu_model  # noqa: E402
+from search.config import SearchConfig  # noqa: E402
+from search.tasks import load_task  # noqa: E402
+from search.train import flush_denormals, model_config, split_tensors  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "pointwise_forms.md"
+SHAPES = [  # (batch, in, out, positions): GunPoint, a longer sequence, a 28x28 image
+    (32, 32, 32, 150), (32, 64, 64, 150), (32, 32, 32, 1460), (32, 32, 32, 784),
+]
+
+
+def matmul_form(x, weight, bias=None):
+    y = torch.matmul(weight, x.flatten(2))
+    if bias is not None:
+        y = y + bias[:, None]
+    return y.view(x.shape[0], weight.shape[0], *x.shape[2:])
+
+
+FORMS = {"matmul": matmul_form, "bmm": model_module._pointwise}
+
+
+def interleaved(calls: dict, reps: int, warmup: int = 3) -> dict[str, float]:
+    """Median ms of each callable, the callables taking turns."""
+    times = {name: [] for name in calls}
+    for i in range(warmup + reps):
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            if i >= warmup:
+                times[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def layer_rows(reps: int, shapes) -> list[dict]:
+    rows = []
+    g = torch.Generator().manual_seed(0)
+    for b, c, o, p in shapes:
+        args = (torch.randn(b, c, p, generator=g, requires_grad=True),
+                torch.randn(o, c, generator=g, requires_grad=True),
+                torch.randn(o, generator=g, requires_grad=True))
+        grad = torch.randn(b, o, p, generator=g)
+        with torch.no_grad():
+            diff = float((FORMS["bmm"](*args) - FORMS["matmul"](*args)).abs().max())
+        fwd = interleaved({n: functools.partial(f, *args) for n, f in FORMS.items()}, reps)
+        step = interleaved({n: functools.partial(_forward_backward, f, args, grad)
+                            for n, f in FORMS.items()}, reps)
+        rows.append({"shape": f"({o}, {c}) @ ({b}, {c}, {p})", "diff": diff,
+                     **{f"fwd {n}": v for n, v in fwd.items()},
+                     **{f"step {n}": v for n, v in step.items()}})
+    return rows
+
+
+def _forward_backward(form, args, grad) -> None:
+    form(*args).backward(grad)
+
+
+def model_row(reps: int) -> dict:
+    """The default GunPoint search's model at initialisation, whole training steps."""
+    cfg = SearchConfig()
+    task = load_task(cfg.task, seed=cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model = DNArch(model_config(cfg, task)).train()
+    train = split_tensors(task, "train", torch.device("cpu"))
+    step = make_step(model, train.x[: cfg.batch_size], train.y[: cfg.batch_size], cfg.lam)
+
+    def with_form(form):
+        def call():
+            model_module._pointwise = form
+            step()
+        return call
+
+    try:
+        times = interleaved({n: with_form(f) for n, f in FORMS.items()}, reps)
+    finally:
+        model_module._pointwise = FORMS["bmm"]
+    return {"shape": "training step, default GunPoint model at init", "diff": float("nan"),
+            **{f"step {n}": v for n, v in times.items()}}
+
+
+def report(rows: list[dict], argv: list[str], threads: int) -> str:
+    lines = [
+        "# The training model's 1x1 convolutions: torch.matmul against bmm with an expanded "
+        "weight", "",
+        f"Command: `python benchmarks/pointwise_forms.py {shlex.join(argv)}`",
+        f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {threads}, load "
+        f"average {os.getloadavg()[0]:.1f} at the end; Python {platform.python_version()}, "
+        f"torch {torch.__version__}.",
+        "Forms alternate repetition by repetition; median ms. step = forward + backward. "
+        "diff: the largest absolute difference between the two forms' outputs.", "",
+        "| operands | fwd matmul | fwd bmm | fwd bmm / matmul | step matmul | step bmm "
+        "| step bmm / matmul | diff |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        fwd = (f"{r['fwd matmul']:.3f} | {r['fwd bmm']:.3f} | "
+               f"{r['fwd bmm'] / r['fwd matmul']:.2f}") if "fwd bmm" in r else "- | - | -"
+        diff = "-" if r["diff"] != r["diff"] else f"{r['diff']:.1e}"
+        lines.append(f"| {r['shape']} | {fwd} | {r['step matmul']:.3f} | {r['step bmm']:.3f} | "
+                     f"{r['step bmm'] / r['step matmul']:.2f} | {diff} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=41, help="timed repetitions per form")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
+    parser.add_argument("--quick", action="store_true", help="one shape, 3 repetitions, "
+                        "nothing written")
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    if args.reps < 1 or args.threads < 0:
+        parser.error(f"--reps must be >= 1 and --threads >= 0, got {args.reps}, {args.threads}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    flush_denormals()
+    reps = 3 if args.quick else args.reps
+    rows = layer_rows(reps, SHAPES[:1] if args.quick else SHAPES)
+    rows.append(model_row(reps))
+    text = report(rows, argv, torch.get_num_threads())
+    print(text)
+    if not args.quick:
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

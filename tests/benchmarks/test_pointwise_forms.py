@@ -1,0 +1,27 @@
+"""benchmarks/pointwise_forms.py: both forms timed on a layer and on a whole step, same values."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import pointwise_forms  # noqa: E402
+
+import dnarch_deploy.model as model_module  # noqa: E402
+
+
+def test_quick_run_times_both_forms_and_they_agree(capsys, tmp_path):
+    out = tmp_path / "unused.md"
+    assert pointwise_forms.main(["--quick", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    layer = re.search(r"\| \(32, 32\) @ \(32, 32, 150\) \|(.*)\|", text).group(1).split("|")
+    fwd_matmul, fwd_bmm, _, step_matmul, step_bmm, _, diff = (v.strip() for v in layer)
+    assert min(map(float, (fwd_matmul, fwd_bmm, step_matmul, step_bmm))) > 0
+    assert float(diff) <= 1e-5  # the same product, two layouts
+    assert "| training step, default GunPoint model at init |" in text
+    assert not out.exists()  # --quick writes nothing
+    assert model_module._pointwise is pointwise_forms.FORMS["bmm"]  # the model's form restored
