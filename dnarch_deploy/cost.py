@@ -320,13 +320,17 @@ def model_cost(model: DNArch, plan: Plan | None = None,
         hard = torch.tensor([ops[name].macs if name in ops else 0.0 for ops in z["operators"]],
                             dtype=z["weights"].dtype, device=device)
         kinds = [ops[name].kind if name in ops else "" for ops in z["operators"]]
+        proxy = _proxies(name, kinds, z, c.input_size)
+        scale = torch.where(hard > 0, hard / proxy.detach().clamp_min(1e-30), 0.0)
+        macs = proxy * scale  # the lowered MACs in value, the proxy's gradient
+        if units.name == "macs":  # every kind counts its MACs: no per-kind pass (a training step)
+            blocks[name] = torch.where(torch.tensor([k != "" for k in kinds], device=device),
+                                       macs, 0.0)
+            continue
         # a convolution's or linear layer's shape, discrete: the table's key, not differentiated
         shape = tuple(torch.tensor([getattr(ops[name], f) if name in ops else 0
                                     for ops in z["operators"]], device=device)
                       for f in ("width", "positions", "taps"))
-        proxy = _proxies(name, kinds, z, c.input_size)
-        scale = torch.where(hard > 0, hard / proxy.detach().clamp_min(1e-30), 0.0)
-        macs = proxy * scale  # the lowered MACs in value, the proxy's gradient
         blocks[name] = sum(torch.where(torch.tensor([k == kind for k in kinds], device=device),
                                        units.of(kind, macs, dims, _axis(name), shape),
                                        0.0)
