@@ -2,13 +2,13 @@
 
 ``matmul``: ``torch.matmul(weight, x.flatten(2))``, an (out, C) @ (B, C, P) product (the form
 before 4ba727c). ``bmm``: ``torch.bmm`` with the weight expanded over the batch, no copy
-(:func:`dnarch_deploy.model._pointwise`). torch.matmul folds the batch into one product and copies
-x transposed to do it, forward and backward.
+(:func:`dnarch_deploy.model._pointwise`). When the weight takes a gradient (training),
+torch.matmul folds the batch into one product and copies x transposed to do it.
 
 Per shape: one layer's forward and forward + backward. Then whole training steps of the default
 search's model (``python -m search.run`` on ucr:GunPoint: forward, task loss + lambda L_comp,
 backward, as ``benchmarks/model_step.py`` times them) with one form or the other swapped in. Forms
-alternate repetition by repetition; medians.
+take turns (:func:`export.timing.measure`); medians.
 
     python benchmarks/pointwise_forms.py          # writes benchmarks/results/pointwise_forms.md
     python benchmarks/pointwise_forms.py --quick  # a fast sanity run (nothing written)
@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 import platform
 import shlex
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -38,6 +37,7 @@ from model_step import make_step  # noqa: E402
 import dnarch_deploy.model as model_module  # noqa: E402
 from dnarch_deploy import DNArch  # noqa: E402
 from dnarch_deploy.latency import cpu_model  # noqa: E402
+from export.timing import measure  # noqa: E402
 from search.config import SearchConfig  # noqa: E402
 from search.tasks import load_task  # noqa: E402
 from search.train import flush_denormals, model_config, split_tensors  # noqa: E402
@@ -58,16 +58,10 @@ def matmul_form(x, weight, bias=None):
 FORMS = {"matmul": matmul_form, "bmm": model_module._pointwise}
 
 
-def interleaved(calls: dict, reps: int, warmup: int = 3) -> dict[str, float]:
-    """Median ms of each callable, the callables taking turns."""
-    times = {name: [] for name in calls}
-    for i in range(warmup + reps):
-        for name, call in calls.items():
-            t0 = time.perf_counter()
-            call()
-            if i >= warmup:
-                times[name].append((time.perf_counter() - t0) * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()}
+def medians(calls: dict, reps: int) -> dict[str, float]:
+    """Median ms of each callable, the callables taking turns (:func:`export.timing.measure`)."""
+    timed = measure(list(calls.values()), repeats=reps, rounds=min(4, reps))
+    return {name: t["median_ms"] for name, t in zip(calls, timed)}
 
 
 def layer_rows(reps: int, shapes) -> list[dict]:
@@ -80,8 +74,8 @@ def layer_rows(reps: int, shapes) -> list[dict]:
         grad = torch.randn(b, o, p, generator=g)
         with torch.no_grad():
             diff = float((FORMS["bmm"](*args) - FORMS["matmul"](*args)).abs().max())
-        fwd = interleaved({n: functools.partial(f, *args) for n, f in FORMS.items()}, reps)
-        step = interleaved({n: functools.partial(_forward_backward, f, args, grad)
+        fwd = medians({n: functools.partial(f, *args) for n, f in FORMS.items()}, reps)
+        step = medians({n: functools.partial(_forward_backward, f, args, grad)
                             for n, f in FORMS.items()}, reps)
         rows.append({"shape": f"({o}, {c}) @ ({b}, {c}, {p})", "diff": diff,
                      **{f"fwd {n}": v for n, v in fwd.items()},
@@ -90,6 +84,8 @@ def layer_rows(reps: int, shapes) -> list[dict]:
 
 
 def _forward_backward(form, args, grad) -> None:
+    for a in args:
+        a.grad = None
     form(*args).backward(grad)
 
 
@@ -108,23 +104,25 @@ def model_row(reps: int) -> dict:
             step()
         return call
 
+    own = model_module._pointwise
     try:
-        times = interleaved({n: with_form(f) for n, f in FORMS.items()}, reps)
+        times = medians({n: with_form(f) for n, f in FORMS.items()}, reps)
     finally:
-        model_module._pointwise = FORMS["bmm"]
+        model_module._pointwise = own
     return {"shape": "training step, default GunPoint model at init", "diff": float("nan"),
             **{f"step {n}": v for n, v in times.items()}}
 
 
-def report(rows: list[dict], argv: list[str], threads: int) -> str:
+def report(rows: list[dict], argv: list[str], threads: int, reps: int) -> str:
     lines = [
         "# The training model's 1x1 convolutions: torch.matmul against bmm with an expanded "
         "weight", "",
-        f"Command: `python benchmarks/pointwise_forms.py {shlex.join(argv)}`",
+        f"Command: `{shlex.join(['python', 'benchmarks/pointwise_forms.py', *argv])}`",
         f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {threads}, load "
         f"average {os.getloadavg()[0]:.1f} at the end; Python {platform.python_version()}, "
         f"torch {torch.__version__}.",
-        "Forms alternate repetition by repetition; median ms. step = forward + backward. "
+        f"Forms take turns in bursts (export.timing.measure); median ms of {reps} "
+        "repetitions. step = forward + backward. "
         "diff: the largest absolute difference between the two forms' outputs.", "",
         "| operands | fwd matmul | fwd bmm | fwd bmm / matmul | step matmul | step bmm "
         "| step bmm / matmul | diff |",
@@ -133,7 +131,7 @@ def report(rows: list[dict], argv: list[str], threads: int) -> str:
     for r in rows:
         fwd = (f"{r['fwd matmul']:.3f} | {r['fwd bmm']:.3f} | "
                f"{r['fwd bmm'] / r['fwd matmul']:.2f}") if "fwd bmm" in r else "- | - | -"
-        diff = "-" if r["diff"] != r["diff"] else f"{r['diff']:.1e}"
+        diff = "-" if math.isnan(r["diff"]) else f"{r['diff']:.1e}"
         lines.append(f"| {r['shape']} | {fwd} | {r['step matmul']:.3f} | {r['step bmm']:.3f} | "
                      f"{r['step bmm'] / r['step matmul']:.2f} | {diff} |")
     return "\n".join(lines) + "\n"
@@ -156,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     reps = 3 if args.quick else args.reps
     rows = layer_rows(reps, SHAPES[:1] if args.quick else SHAPES)
     rows.append(model_row(reps))
-    text = report(rows, argv, torch.get_num_threads())
+    text = report(rows, argv, torch.get_num_threads(), reps)
     print(text)
     if not args.quick:
         Path(args.out).write_text(text)

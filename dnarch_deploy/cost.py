@@ -53,6 +53,11 @@ class Units:
     def name(self) -> str:
         return "macs" if self.table is None else "ms"
 
+    @property
+    def counts_macs(self) -> bool:
+        """Whether :meth:`of` is the MACs themselves, whatever the operator."""
+        return self.table is None
+
     def of(self, kind: str, macs: Size, dims: int = 1, axis: int | None = None,
            shape: tuple = (0, 0, 0)) -> Size:
         """One operator of ``kind`` doing ``macs`` (per sample; a tensor: each element) in a
@@ -85,6 +90,7 @@ class BatchBlend:
 
     parts: tuple[tuple[Units, float], ...]  # (one batch's units, its weight)
     name = "ms"
+    counts_macs = False  # a blend is priced per operator, even of MAC units (tests)
 
     def of(self, *args, **kwargs) -> Size:
         """:meth:`Units.of`, blended."""
@@ -323,7 +329,7 @@ def model_cost(model: DNArch, plan: Plan | None = None,
         proxy = _proxies(name, kinds, z, c.input_size)
         scale = torch.where(hard > 0, hard / proxy.detach().clamp_min(1e-30), 0.0)
         macs = proxy * scale  # the lowered MACs in value, the proxy's gradient
-        if units.name == "macs":  # every kind counts its MACs: no per-kind pass (a training step)
+        if units.counts_macs:  # every kind costs its MACs: no per-kind pass (a training step)
             blocks[name] = torch.where(torch.tensor([k != "" for k in kinds], device=device),
                                        macs, 0.0)
             continue

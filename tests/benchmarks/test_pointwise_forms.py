@@ -24,4 +24,11 @@ def test_quick_run_times_both_forms_and_they_agree(capsys, tmp_path):
     assert float(diff) <= 1e-5  # the same product, two layouts
     assert "| training step, default GunPoint model at init |" in text
     assert not out.exists()  # --quick writes nothing
-    assert model_module._pointwise is pointwise_forms.FORMS["bmm"]  # the model's form restored
+
+
+def test_the_model_keeps_its_own_form_whichever_form_ran_last(monkeypatch):
+    own = model_module._pointwise
+    monkeypatch.setattr(pointwise_forms, "FORMS", dict(reversed(pointwise_forms.FORMS.items())))
+    row = pointwise_forms.model_row(1)
+    assert row["step matmul"] > 0 and row["step bmm"] > 0
+    assert model_module._pointwise is own

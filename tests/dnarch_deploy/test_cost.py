@@ -92,6 +92,33 @@ def test_the_search_pays_for_the_network_it_describes(case, learn, state):
         assert paid == pytest.approx(architecture_cost(describe(model)), rel=1e-9)
 
 
+@pytest.mark.parametrize("state", ["random", "extremes"])
+@pytest.mark.parametrize("case", CONFIGS.values(), ids=CONFIGS.keys())
+def test_mac_units_skip_the_per_kind_pass_with_the_same_cost_and_gradients(case, state):
+    """model_cost in MACs (a training step's units) takes each operator's MACs at once; priced
+    kind by kind instead (a one-part blend of MAC units goes that way), the total, every block
+    term and every mask's gradient are bit for bit the same."""
+    from dnarch_deploy.cost import MACS, BatchBlend
+
+    kind_by_kind = BatchBlend(((MACS, 1.0),))
+    assert MACS.counts_macs and not kind_by_kind.counts_macs
+    model = tiny_model(1, learn="KRWD", **case)
+    set_mask_state(model, state, 1)
+    results = []
+    for units in (MACS, kind_by_kind):
+        model.zero_grad()
+        cost = model_cost(model, units=units)
+        cost["total"].backward()
+        results.append((cost, [p.grad.clone() for p in model.mask_parameters()]))
+    (fast, fast_grads), (slow, slow_grads) = results
+    assert torch.equal(fast["total"], slow["total"])
+    assert fast["blocks"].keys() == slow["blocks"].keys()
+    for name in fast["blocks"]:
+        assert torch.equal(fast["blocks"][name], slow["blocks"][name]), name
+    assert all(torch.equal(a, b) for a, b in zip(fast_grads, slow_grads))
+    assert any(float(g.abs().sum()) > 0 for g in fast_grads)
+
+
 def test_a_block_narrower_than_the_stream_pays_for_its_slices_and_concat():
     """A block reading n_in < stream channels Slices them (n_in L elements); one writing n_out <
     stream adds to a Slice and Concats the rest back (the stream's L C elements copied)."""
