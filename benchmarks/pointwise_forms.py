@@ -6,9 +6,9 @@ before 4ba727c). ``bmm``: ``torch.bmm`` with the weight expanded over the batch,
 torch.matmul folds the batch into one product and copies x transposed to do it.
 
 Per shape: one layer's forward and forward + backward. Then whole training steps of the default
-search's model (``python -m search.run`` on ucr:GunPoint: forward, task loss + lambda L_comp,
-backward, as ``benchmarks/model_step.py`` times them) with one form or the other swapped in. Forms
-take turns (:func:`export.timing.measure`); medians.
+search's model (``python -m search.run`` on ucr:GunPoint, and on ucr:ACSF1's 1460 samples:
+forward, task loss + lambda L_comp, backward, as ``benchmarks/model_step.py`` times them) with one
+form or the other swapped in. Forms take turns (:func:`export.timing.measure`); medians.
 
     python benchmarks/pointwise_forms.py          # writes benchmarks/results/pointwise_forms.md
     python benchmarks/pointwise_forms.py --quick  # a fast sanity run (nothing written)
@@ -89,9 +89,9 @@ def _forward_backward(form, args, grad) -> None:
     form(*args).backward(grad)
 
 
-def model_row(reps: int) -> dict:
-    """The default GunPoint search's model at initialisation, whole training steps."""
-    cfg = SearchConfig()
+def model_row(reps: int, task_name: str = "ucr:GunPoint") -> dict:
+    """The default search's model on ``task_name`` at initialisation, whole training steps."""
+    cfg = SearchConfig(task=task_name)
     task = load_task(cfg.task, seed=cfg.seed)
     torch.manual_seed(cfg.seed)
     model = DNArch(model_config(cfg, task)).train()
@@ -109,7 +109,9 @@ def model_row(reps: int) -> dict:
         times = medians({n: with_form(f) for n, f in FORMS.items()}, reps)
     finally:
         model_module._pointwise = own
-    return {"shape": "training step, default GunPoint model at init", "diff": float("nan"),
+    length = "x".join(map(str, task.spatial))
+    return {"shape": f"training step, the default {task_name} model at init (L={length})",
+            "diff": float("nan"),
             **{f"step {n}": v for n, v in times.items()}}
 
 
@@ -144,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
     parser.add_argument("--quick", action="store_true", help="one shape, 3 repetitions, "
                         "nothing written")
+    parser.add_argument("--tasks", default="ucr:GunPoint,ucr:ACSF1",
+                        help="whose default search's training step to time, comma-separated "
+                        "(--quick: ucr:GunPoint)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     if args.reps < 1 or args.threads < 0:
@@ -153,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     flush_denormals()
     reps = 3 if args.quick else args.reps
     rows = layer_rows(reps, SHAPES[:1] if args.quick else SHAPES)
-    rows.append(model_row(reps))
+    for name in ["ucr:GunPoint"] if args.quick else args.tasks.split(","):
+        rows.append(model_row(reps, name))
     text = report(rows, argv, torch.get_num_threads(), reps)
     print(text)
     if not args.quick:

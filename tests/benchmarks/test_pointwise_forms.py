@@ -22,7 +22,7 @@ def test_quick_run_times_both_forms_and_they_agree(capsys, tmp_path):
     fwd_matmul, fwd_bmm, _, step_matmul, step_bmm, _, diff = (v.strip() for v in layer)
     assert min(map(float, (fwd_matmul, fwd_bmm, step_matmul, step_bmm))) > 0
     assert float(diff) <= 1e-5  # the same product, two layouts
-    assert "| training step, default GunPoint model at init |" in text
+    assert "| training step, the default ucr:GunPoint model at init (L=150) |" in text
     assert not out.exists()  # --quick writes nothing
 
 
