@@ -39,7 +39,7 @@ from dnarch_deploy import DNArch  # noqa: E402
 from dnarch_deploy.latency import cpu_model  # noqa: E402
 from export.timing import measure  # noqa: E402
 from search.config import SearchConfig  # noqa: E402
-from search.tasks import load_task  # noqa: E402
+from search.tasks import TaskError, load_task  # noqa: E402
 from search.train import flush_denormals, model_config, split_tensors  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "pointwise_forms.md"
@@ -153,13 +153,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.reps < 1 or args.threads < 0:
         parser.error(f"--reps must be >= 1 and --threads >= 0, got {args.reps}, {args.threads}")
+    tasks = ["ucr:GunPoint"] if args.quick else [t for t in args.tasks.split(",") if t]
+    for name in tasks:  # before any timing: an unknown task is one message
+        try:
+            load_task(name, seed=0)
+        except TaskError as e:
+            parser.error(f"--tasks: {e}")
     if args.threads:
         torch.set_num_threads(args.threads)
     flush_denormals()
     reps = 3 if args.quick else args.reps
     rows = layer_rows(reps, SHAPES[:1] if args.quick else SHAPES)
-    for name in ["ucr:GunPoint"] if args.quick else args.tasks.split(","):
-        rows.append(model_row(reps, name))
+    rows.extend(model_row(reps, name) for name in tasks)
     text = report(rows, argv, torch.get_num_threads(), reps)
     print(text)
     if not args.quick:

@@ -32,3 +32,16 @@ def test_the_model_keeps_its_own_form_whichever_form_ran_last(monkeypatch):
     row = pointwise_forms.model_row(1)
     assert row["step matmul"] > 0 and row["step bmm"] > 0
     assert model_module._pointwise is own
+
+
+def test_an_unknown_task_is_one_message_before_any_timing(capsys, tmp_path):
+    out = tmp_path / "report.md"
+    try:
+        pointwise_forms.main(["--tasks", "ucr:NoSuchSet", "--out", str(out)])
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("an unknown task was accepted")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--tasks:" in err[-1] and "NoSuchSet" in err[-1]
+    assert not out.exists()
