@@ -330,8 +330,7 @@ def model_cost(model: DNArch, plan: Plan | None = None,
         scale = torch.where(hard > 0, hard / proxy.detach().clamp_min(1e-30), 0.0)
         macs = proxy * scale  # the lowered MACs in value, the proxy's gradient
         if units.counts_macs:  # every kind costs its MACs: no per-kind pass (a training step)
-            blocks[name] = torch.where(torch.tensor([k != "" for k in kinds], device=device),
-                                       macs, 0.0)
+            blocks[name] = torch.where(hard > 0, macs, 0.0)  # 0 where a block has no such op
             continue
         # a convolution's or linear layer's shape, discrete: the table's key, not differentiated
         shape = tuple(torch.tensor([getattr(ops[name], f) if name in ops else 0
