@@ -76,7 +76,7 @@ def layer_rows(reps: int, shapes) -> list[dict]:
             diff = float((FORMS["bmm"](*args) - FORMS["matmul"](*args)).abs().max())
         fwd = medians({n: functools.partial(f, *args) for n, f in FORMS.items()}, reps)
         step = medians({n: functools.partial(_forward_backward, f, args, grad)
-                            for n, f in FORMS.items()}, reps)
+                        for n, f in FORMS.items()}, reps)
         rows.append({"shape": f"({o}, {c}) @ ({b}, {c}, {p})", "diff": diff,
                      **{f"fwd {n}": v for n, v in fwd.items()},
                      **{f"step {n}": v for n, v in step.items()}})
@@ -89,10 +89,11 @@ def _forward_backward(form, args, grad) -> None:
     form(*args).backward(grad)
 
 
-def model_row(reps: int, task_name: str = "ucr:GunPoint") -> dict:
-    """The default search's model on ``task_name`` at initialisation, whole training steps."""
+def model_row(reps: int, task_name: str = "ucr:GunPoint", task=None) -> dict:
+    """The default search's model on ``task_name`` (``task``: it, already loaded) at
+    initialisation, whole training steps."""
     cfg = SearchConfig(task=task_name)
-    task = load_task(cfg.task, seed=cfg.seed)
+    task = task or load_task(cfg.task, seed=cfg.seed)
     torch.manual_seed(cfg.seed)
     model = DNArch(model_config(cfg, task)).train()
     train = split_tensors(task, "train", torch.device("cpu"))
@@ -153,10 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.reps < 1 or args.threads < 0:
         parser.error(f"--reps must be >= 1 and --threads >= 0, got {args.reps}, {args.threads}")
-    tasks = ["ucr:GunPoint"] if args.quick else [t for t in args.tasks.split(",") if t]
-    for name in tasks:  # before any timing: an unknown task is one message
+    tasks = {}  # loaded before any timing: an unknown task is one message
+    for name in ["ucr:GunPoint"] if args.quick else [t for t in args.tasks.split(",") if t]:
         try:
-            load_task(name, seed=0)
+            tasks[name] = load_task(name, seed=SearchConfig().seed)
         except TaskError as e:
             parser.error(f"--tasks: {e}")
     if args.threads:
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     flush_denormals()
     reps = 3 if args.quick else args.reps
     rows = layer_rows(reps, SHAPES[:1] if args.quick else SHAPES)
-    rows.extend(model_row(reps, name) for name in tasks)
+    rows.extend(model_row(reps, name, task) for name, task in tasks.items())
     text = report(rows, argv, torch.get_num_threads(), reps)
     print(text)
     if not args.quick:
