@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.reps < 1 or args.threads < 0:
         parser.error(f"--reps must be >= 1 and --threads >= 0, got {args.reps}, {args.threads}")
+    if not args.quick and not Path(args.out).parent.is_dir():
+        parser.error(f"--out: no folder {Path(args.out).parent} to write {Path(args.out).name} in")
     tasks = {}  # loaded before any timing: an unknown task is one message
     for name in ["ucr:GunPoint"] if args.quick else [t for t in args.tasks.split(",") if t]:
         try:

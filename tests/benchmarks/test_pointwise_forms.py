@@ -44,3 +44,12 @@ def test_an_unknown_task_is_one_message_before_any_timing(capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert "--tasks:" in err[-1] and "NoSuchSet" in err[-1]
     assert not out.exists()
+
+
+def test_an_out_file_in_a_missing_folder_is_one_message_before_any_timing(capsys, tmp_path):
+    out = tmp_path / "missing" / "report.md"
+    with pytest.raises(SystemExit) as e:
+        pointwise_forms.main(["--out", str(out)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(f"--out: no folder {out.parent} to write report.md in")
