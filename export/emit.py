@@ -5,6 +5,8 @@ with a dynamic length breaks in onnxruntime)."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import inspect
 import io
 import logging
@@ -61,12 +63,36 @@ def _batch_dims(module: nn.Module, example: tuple[Tensor, ...], named: bool = Tr
     return (dims,) if inspect.Parameter.VAR_POSITIONAL in kinds else dims  # forward(*xs)
 
 
+@functools.cache
+def read_onnxscript_ops_once() -> None:
+    """torch.onnx.export asks onnxscript for its list of ATen functions on every call, and
+    onnxscript builds it by parsing the source of each of ~500 functions: about half a second of
+    every export of a small network. The list cannot change within a process, so it is built
+    once; each call still gets its own list. This reaches into torch's private exporter module;
+    if that moves, exports are only slower (test_export_emit checks the models stay byte for byte
+    the same)."""
+    try:
+        from torch.onnx._internal._lazy_import import onnxscript_apis
+
+        apis = importlib.import_module(onnxscript_apis._name)
+        listed = functools.cache(apis.get_torchlib_ops)
+    except (ImportError, AttributeError):
+        return
+
+    @functools.wraps(listed.__wrapped__)  # __wrapped__: onnxscript's own
+    def get_torchlib_ops() -> list:
+        return list(listed())
+
+    apis.get_torchlib_ops = get_torchlib_ops
+
+
 def to_onnx(
     module: nn.Module, example: tuple[Tensor, ...], dynamic_batch: bool = True
 ) -> onnx.ModelProto:
     """torch.onnx.export(dynamo=True) in memory: one self-contained model, batch axis dynamic."""
     if dynamic_batch:
         example = _two_samples(example)
+    read_onnxscript_ops_once()
     with quiet():
         program = torch.onnx.export(
             module,
