@@ -448,24 +448,43 @@ def test_mixup_blends_each_sample_and_its_target_by_the_same_weight():
     assert 0 < (target.max(1).values < 0.99).float().mean() < 1  # weights vary between samples
 
 
-def test_a_stalled_run_restarts_once_from_a_new_initialisation(tmp_path):
+def test_a_stalled_run_restarts_once_from_a_new_initialisation(tmp_path, capsys, monkeypatch):
     """A run whose loss cannot fall (learning rate ~0) is stalled at 30% of its steps: it says
-    so, starts again from another initialisation, and summary.json records the attempt."""
+    so, starts again from another initialisation, and summary.json records the attempt. Runs of
+    100 steps are judged here (STALL_MIN_STEPS lowered), so search.run.main runs in this process;
+    the tiny_run fixture runs the real command."""
+    import warnings
+
+    from search import run
+
+    monkeypatch.setenv("CI", "1")
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # main sets its own
+    monkeypatch.setattr("search.train.flush_denormals", lambda: None)  # a process-wide setting
+    monkeypatch.setattr("search.train.STALL_MIN_STEPS", 100)
+
+    def search(*args: str) -> str:
+        capsys.readouterr()
+        assert run.main([*TINY, "--epochs", "0", "--steps", "100", "--lr", "1e-12",
+                         "--mask-lr", "0", *args]) == 0
+        return capsys.readouterr().err
+
     out = tmp_path / "stalled"
-    args = [*TINY, "--epochs", "0", "--steps", "300", "--lr", "1e-12", "--mask-lr", "0"]
-    proc = run_search(*args, "--out", str(out))
-    assert "restarting from a new initialisation (1 of --restarts 1)" in proc.stderr
+    assert "restarting from a new initialisation (1 of --restarts 1)" in search("--out", str(out))
     summary = R.read_summary(out)
-    assert len(summary["restarts"]) == 1 and summary["restarts"][0]["step"] >= 90
+    assert len(summary["restarts"]) == 1 and summary["restarts"][0]["step"] >= 30
     rows = [r for r in R.read_jsonl(out / R.METRICS) if r["split"] == "val"]
     assert [r["epoch"] for r in rows] == list(range(len(rows)))  # the second attempt's only
-    assert rows[-1]["step"] == 300
+    assert rows[-1]["step"] == 100
     mixed = tmp_path / "mixed"  # mixup's blended targets keep the loss up: not judged
-    proc = run_search(*args, "--mixup", "0.4", "--out", str(mixed))
-    assert "restarting" not in proc.stderr and R.read_summary(mixed)["restarts"] == []
+    assert "restarting" not in search("--mixup", "0.4", "--out", str(mixed))
+    assert R.read_summary(mixed)["restarts"] == []
     never = tmp_path / "never"
-    proc = run_search(*args, "--restarts", "0", "--out", str(never))
-    assert "restarting" not in proc.stderr and R.read_summary(never)["restarts"] == []
+    assert "restarting" not in search("--restarts", "0", "--out", str(never))
+    assert R.read_summary(never)["restarts"] == []
+    short = tmp_path / "short"  # fewer steps than STALL_MIN_STEPS: not judged
+    monkeypatch.setattr("search.train.STALL_MIN_STEPS", 101)
+    assert "restarting" not in search("--out", str(short))
+    assert R.read_summary(short)["restarts"] == []
 
 
 def test_lambda_ramps_linearly_to_its_value():
