@@ -160,12 +160,13 @@ def fastest_network(
     best = next(c for c in evidence["candidates"] if c["name"] == kept)
     runner_up = min((c for c in evidence["candidates"] if c["name"] != kept),
                     key=lambda c: max(regret(table, c["name"]).values()))
-    def times(c: dict) -> str:
-        return ", ".join(f"B={b} {ms:.3f} ms" for b, ms in c["ms_by_batch"].items())
+    def timed(c: dict) -> str:  # 'per-layer B=1 (B=1 0.638 ms, B=32 15.945 ms)'
+        return f"{c['name']} (" + ", ".join(f"B={b} {ms:.3f} ms"
+                                            for b, ms in c["ms_by_batch"].items()) + ")"
 
     rule = ("smallest whole-network median in onnxruntime" if len(batches) == 1 else
             "smallest worst slowdown against the fastest at any batch (onnxruntime medians)")
-    why = f"{rule}: {kept} {times(best)} (next: {runner_up['name']} {times(runner_up)})"
+    why = f"{rule}: {timed(best)}; next: {timed(runner_up)}"
     return list(best["tactics"]), {**evidence, "kept": kept, "why": why,
                                    "regret": regret(table, kept)}
 

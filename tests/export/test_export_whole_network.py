@@ -159,7 +159,10 @@ def test_export_uses_the_kept_network_and_records_why(monkeypatch, tmp_path):
     network = saved["whole_network"]
     assert arch["whole_network"] == network == report["whole_network"]
     assert [c["name"] for c in network["candidates"]] == ["per-layer", "direct", "matmul"]
-    assert network["kept"] == "matmul" and "matmul B=1 1.000 ms" in network["why"]
+    assert network["kept"] == "matmul"
+    kept, runner_up = network["why"].split(": ", 1)[1].split("; next: ")
+    assert kept.startswith("matmul (B=1 1.000 ms, B=32 ") and kept.endswith(" ms)")
+    assert runner_up.split(" (B=1 ")[0] in ("per-layer", "direct")
     assert network["batches"] == saved["tuning"]["batches"] == [1, 32]  # the default
     assert saved["tactics"] == [b["tactic"] for b in arch["blocks"]] == ["matmul"]
     assert "DFT" not in saved["ops"]
