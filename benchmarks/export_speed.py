@@ -304,7 +304,8 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
     for r in nets:
         wn = r["whole_network"]
         timed = "; ".join(
-            f"{c['name']} " + ", ".join(f"B={b} {ms:.3f}" for b, ms in c["ms_by_batch"].items())
+            f"{c['name']} (" + ", ".join(f"B={b} {ms:.3f}" for b, ms in c["ms_by_batch"].items())
+            + ")"
             for c in wn["candidates"] if "ms_by_batch" in c)
         lines.append(f"- {r['network']} {r['state']} L={r['length']} {r['threads']} thread(s): "
                      f"{timed or 'nothing timed'}; kept {wn['kept']}; stream: "

@@ -64,11 +64,12 @@ def _batch_dims(module: nn.Module, example: tuple[Tensor, ...], named: bool = Tr
 
 
 @functools.cache
-def read_onnxscript_ops_once() -> None:
+def cache_onnxscript_op_list() -> None:
     """torch.onnx.export asks onnxscript for its list of ATen functions on every call, and
     onnxscript builds it by parsing the source of each of ~500 functions: about half a second of
-    every export of a small network. The list cannot change within a process, so it is built
-    once; each call still gets its own list. This reaches into torch's private exporter module;
+    every export of a small network. It is built once per process (a function registered with
+    onnxscript after the first export would be missed; this project registers none); each call
+    still gets its own list. This reaches into torch's private exporter module;
     if that moves, exports are only slower (test_export_emit checks the models stay byte for byte
     the same)."""
     try:
@@ -92,7 +93,7 @@ def to_onnx(
     """torch.onnx.export(dynamo=True) in memory: one self-contained model, batch axis dynamic."""
     if dynamic_batch:
         example = _two_samples(example)
-    read_onnxscript_ops_once()
+    cache_onnxscript_op_list()
     with quiet():
         program = torch.onnx.export(
             module,

@@ -458,6 +458,7 @@ def test_a_stalled_run_restarts_once_from_a_new_initialisation(tmp_path, capsys,
     from search import run
 
     monkeypatch.setenv("CI", "1")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)  # one process, whatever runs the tests
     monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # main sets its own
     monkeypatch.setattr("search.train.flush_denormals", lambda: None)  # a process-wide setting
     monkeypatch.setattr("search.train.STALL_MIN_STEPS", 100)
