@@ -43,12 +43,13 @@ from .artifacts import (
 )
 from .bench import benchmark, theoretical_costs
 from .calibration import calibrate, task_batches
-from .emit import OPSET, write_aoti, write_onnx, write_pt2, write_torchscript
+from .emit import OPSET, write_aoti, write_pt2, write_torchscript
 from .lowering import lower
 from .policy import choose_lowering
 from .static import StaticNet, freeze, materialize
 from .tactics import TACTICS
 from .timing import session
+from .tune import NetworkExports
 from .verify import (
     TOLERANCE,
     backend_compatibility,
@@ -122,13 +123,15 @@ def export_model(
     static = materialize(model, frozen)
     lap("freeze_materialize")
     # network: tuned, the whole-network check of the per-layer choice (export.policy)
-    tactics, resample, evidence, network = choose_lowering(static, options)
+    exports = NetworkExports(static)  # tuning's whole networks; the shipped one among them
+    tactics, resample, evidence, network = choose_lowering(static, options, exports)
     lowered = lower(static, tactics, resample)
     lap("lower")
 
     x_test = np.asarray(task.x_test[: options.test_samples])
     example = torch.as_tensor(x_test[: min(2, len(x_test))])
-    onnx_model = write_onnx(lowered, example, out / ONNX_FILE)
+    onnx_model = exports.get(tactics, resample)
+    onnx.save_model(onnx_model, str(out / ONNX_FILE))
     program = write_pt2(lowered, example, out / PT2_FILE)
     if options.torchscript:
         write_torchscript(lowered, example, out / TS_FILE)

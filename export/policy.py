@@ -36,7 +36,7 @@ from .lowering import block_resolution, resample_axes, spectrum_resample
 from .spectrum import why_not
 from .static import StaticNet
 from .tactics import TACTICS, conv_macs
-from .tune import measure_resample, measure_tactics, time_networks
+from .tune import NetworkExports, measure_resample, measure_tactics, time_networks
 
 if TYPE_CHECKING:
     from .pipeline import ExportOptions
@@ -120,6 +120,7 @@ def fastest_network(
     threads: int = 0,
     repeats: int = 20,
     extra: dict[str, list[str]] | None = None,
+    exports: NetworkExports | None = None,
 ) -> tuple[list[str], dict]:
     """The fastest whole network: the per-layer choice against every single tactic for all blocks.
 
@@ -149,7 +150,7 @@ def fastest_network(
                                  "why": "no other candidate: nothing timed"}
     table: dict[str, dict[str, float]] = {}
     by_batch = time_networks(static, list(candidates.values()), resample, batches, threads,
-                             repeats)
+                             repeats, exports)
     for b, timings in zip(batches, by_batch):
         table[str(b)] = {c["name"]: t["median_ms"] for c, t in zip(evidence["candidates"], timings)}
         for entry, times in zip(evidence["candidates"], timings):
@@ -178,6 +179,7 @@ def fastest_stream(
     batch: list[int],
     threads: int = 0,
     repeats: int = 20,
+    exports: NetworkExports | None = None,
 ) -> tuple[list[dict[str, list[str]]], dict]:
     """Per-axis resampling (``resample``) against the stream carried as its spectrum
     (:mod:`export.spectrum`), both with ``tactics``, timed as whole networks at every batch; the
@@ -190,7 +192,7 @@ def fastest_stream(
     spectral = spectrum_resample(static)
     table = {}
     by_batch = time_networks(static, [(tactics, resample), (tactics, spectral)], resample, batch,
-                             threads, repeats)
+                             threads, repeats, exports)
     for b, (per_axis, spectrum) in zip(batch, by_batch):
         table[str(b)] = {"per-axis": per_axis["median_ms"], "spectrum": spectrum["median_ms"]}
     kept = least_regret(table)
@@ -259,12 +261,15 @@ def measure_resample_batches(static: StaticNet, batches: list[int], threads: int
 
 
 def choose_lowering(
-    static: StaticNet, options: ExportOptions
+    static: StaticNet, options: ExportOptions, exports: NetworkExports | None = None
 ) -> tuple[list[str], list[dict[str, list[str]]], list[dict], dict | None]:
     """The whole policy for an export: (convolution tactic per block, resampling tactics per
     block, per-block evidence, whole-network evidence or None). Tuned and not forced, the
     per-layer choice is kept only if no single tactic everywhere (nor the per-layer winners at
-    one batch) is better as a whole network over ``options.batch``."""
+    one batch) is better as a whole network over ``options.batch``. The whole networks timed are
+    exported through ``exports`` (the pipeline then ships the kept one without exporting it
+    again)."""
+    exports = exports or NetworkExports(static)
     tactics, evidence = choose_tactics(static, options)
     resample = resample_choice([e["resample"] for e in evidence])
     network = None
@@ -275,9 +280,9 @@ def choose_lowering(
             extra = {f"per-layer B={b}": [e["fastest_by_batch"][str(b)] for e in evidence]
                      for b in options.batch}
         tactics, network = fastest_network(static, tactics, resample, singles, options.batch,
-                                           options.threads, options.repeats, extra)
+                                           options.threads, options.repeats, extra, exports)
     if options.tune:
         resample, stream = fastest_stream(static, tactics, resample, options.batch,
-                                          options.threads, options.repeats)
+                                          options.threads, options.repeats, exports)
         network = {**(network or {}), "stream": stream}
     return tactics, resample, evidence, network

@@ -14,8 +14,10 @@ Per-layer timings need not add up to the whole network's (caches, the neighbouri
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Sequence
 
+import onnx
 import torch
 from torch import Tensor, nn
 
@@ -111,6 +113,32 @@ def measure_tactics(
     return results
 
 
+class NetworkExports:
+    """The whole lowered networks of one export job, each exported once, batch dynamic, as the
+    pipeline ships it: the whole-network check, the stream check and the shipped model are often
+    the same network (the same tactics and resampling), and an export takes seconds."""
+
+    def __init__(self, static: StaticNet):
+        self.static = static
+        self.models: dict[tuple, onnx.ModelProto] = {}
+
+    def get(self, tactics: list[str], resample: list[dict[str, list[str]]]) -> onnx.ModelProto:
+        key = (tuple(tactics), json.dumps(resample, sort_keys=True))
+        if key not in self.models:
+            self.models[key] = to_onnx(lower(self.static, tactics, resample),
+                                       (example_input(self.static),))
+        return self.models[key]
+
+
+def example_input(static: StaticNet) -> Tensor:
+    """One random input of the network's shape (token ids below its vocabulary)."""
+    spec = static.spec
+    shape = [1 if d is None else d for d in spec["input_shape"]]
+    if spec["input_dtype"] == "int64":
+        return torch.randint(0, max(spec["vocab_size"], 1), shape)
+    return torch.randn(shape)
+
+
 def time_networks(
     static: StaticNet,
     candidates: list[list[str] | tuple[list[str], list[dict[str, list[str]]]]],
@@ -118,24 +146,21 @@ def time_networks(
     batches: Sequence[int] = (1,),
     threads: int = 0,
     repeats: int = 20,
+    exports: NetworkExports | None = None,
 ) -> list[list[dict[str, float]]]:
     """Per batch, per candidate tactic assignment (or a (tactics, resampling tactics) pair): the
-    whole network lowered with it (and ``resample``), exported once as the pipeline exports it
-    (batch dynamic) and timed side by side in onnxruntime (export.timing.measure: round-robin,
-    medians) on the same random input of that many samples."""
-    spec = static.spec
-    shape = [1 if d is None else d for d in spec["input_shape"]]
-    if spec["input_dtype"] == "int64":
-        example = torch.randint(0, max(spec["vocab_size"], 1), shape)
-    else:
-        example = torch.randn(shape)
+    whole network lowered with it (and ``resample``), exported as the pipeline exports it (batch
+    dynamic; once per ``exports``) and timed side by side in onnxruntime (export.timing.measure:
+    round-robin, medians) on the same random input of that many samples."""
+    exports = exports or NetworkExports(static)
     sessions = []
     for candidate in progress(candidates, desc="tune whole networks: export"):
         tactics, rs = candidate if isinstance(candidate, tuple) else (candidate, resample)
-        model = to_onnx(lower(static, tactics, rs), (example,))
+        model = exports.get(tactics, rs)
         sessions.append((model, session(model, threads)))
-    return [measure([runner(sess, random_feeds(m, batch, spec["vocab_size"]))
-                     for m, sess in sessions], repeats)
+    vocab = static.spec["vocab_size"]
+    return [measure([runner(sess, random_feeds(m, batch, vocab)) for m, sess in sessions],
+                    repeats)
             for batch in progress(batches, desc="tune whole networks: time")]
 
 

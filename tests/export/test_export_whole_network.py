@@ -169,6 +169,25 @@ def test_export_uses_the_kept_network_and_records_why(monkeypatch, tmp_path):
     assert all(err["max_rel"] <= 1e-4 for err in saved["equivalence"].values())
 
 
+def test_each_whole_network_is_exported_once_per_export_job(monkeypatch, one_block):
+    """The whole-network check, the stream check and the shipped model share one NetworkExports:
+    a network they all ask for (the same tactics and resampling, by value) is exported once."""
+    static, resample = one_block
+    exported = []
+    monkeypatch.setattr(tune, "measure", injected()[0])  # the last candidate fastest
+    monkeypatch.setattr(tune, "to_onnx", stand_in_exporter(exported))
+    exports = tune.NetworkExports(static)
+    tactics, _ = policy.fastest_network(static, ["matmul"], resample, exports=exports)
+    assert tactics == ["dft"] and len(exported) == 5
+    policy.time_networks(static, [tactics, ["matmul"]], resample, exports=exports)
+    assert len(exported) == 5  # both exported before
+    shipped = exports.get(tactics, json.loads(json.dumps(resample)))  # an equal copy
+    assert len(exported) == 5 and shipped is exports.get(["dft"], resample)
+    assert exports.get(["dense"], resample) is not shipped  # timed, not this network
+    tune.NetworkExports(static).get(tactics, resample)  # another export job: exported anew
+    assert len(exported) == 6 and exported[-1] == ["dft"]
+
+
 def test_least_regret_serves_every_batch():
     """Two batches: the candidate whose worst slowdown against the fastest at any batch is
     smallest, not the fastest at either batch alone."""
