@@ -69,9 +69,8 @@ def cache_onnxscript_op_list() -> None:
     onnxscript builds it by parsing the source of each of ~500 functions: about half a second of
     every export of a small network. It is built once per process (a function registered with
     onnxscript after the first export would be missed; this project registers none); each call
-    still gets its own list. This reaches into torch's private exporter module;
-    if that moves, exports are only slower (test_export_emit checks the models stay byte for byte
-    the same)."""
+    still gets its own list. This reaches into torch's private exporter module; if that moves,
+    exports are only slower (test_export_emit checks the models stay byte for byte the same)."""
     try:
         from torch.onnx._internal._lazy_import import onnxscript_apis
 

@@ -189,17 +189,25 @@ def test_existing_run_dir_is_refused_and_untouched(tiny_run):
     assert {p: p.stat().st_mtime_ns for p in tiny_run.rglob("*")} == before
 
 
-def test_bad_input_gives_one_clear_message(tmp_path, capsys, monkeypatch):
-    """Each bad flag: exit status 2, one line naming it, nothing created. search.run.main runs in
-    this process (an interpreter start per case took a minute); the first case also runs as the
-    real command."""
+@pytest.fixture
+def main_here(monkeypatch):
+    """search.run.main, to call in this process: no progress bars, one process, and the
+    process-wide settings main makes (its warning format, flushed denormals) left as they were."""
     import warnings
 
     from search import run
 
     monkeypatch.setenv("CI", "1")
-    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # main sets its own
-    monkeypatch.setattr("search.train.flush_denormals", lambda: None)  # a process-wide setting
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
+    monkeypatch.setattr("search.train.flush_denormals", lambda: None)
+    return run.main
+
+
+def test_bad_input_gives_one_clear_message(tmp_path, capsys, main_here):
+    """Each bad flag: exit status 2, one line naming it, nothing created. search.run.main runs in
+    this process (an interpreter start per case took a minute); the first case also runs as the
+    real command."""
     cases = [
         (["--task", "nosuchtask"], "nosuchtask"),
         (["--budget", "0"], "--budget"),
@@ -229,7 +237,7 @@ def test_bad_input_gives_one_clear_message(tmp_path, capsys, monkeypatch):
     assert proc.returncode == 2 and cases[0][1] in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists(), proc.stderr
     for args, needle in cases:
-        code = run.main([*args, "--out", str(out)])
+        code = main_here([*args, "--out", str(out)])
         err = capsys.readouterr().err
         assert code == 2, (args, err)
         assert needle in err and "Traceback" not in err, (args, err)
@@ -448,24 +456,17 @@ def test_mixup_blends_each_sample_and_its_target_by_the_same_weight():
     assert 0 < (target.max(1).values < 0.99).float().mean() < 1  # weights vary between samples
 
 
-def test_a_stalled_run_restarts_once_from_a_new_initialisation(tmp_path, capsys, monkeypatch):
+def test_a_stalled_run_restarts_once_from_a_new_initialisation(tmp_path, capsys, monkeypatch,
+                                                                main_here):
     """A run whose loss cannot fall (learning rate ~0) is stalled at 30% of its steps: it says
     so, starts again from another initialisation, and summary.json records the attempt. Runs of
     100 steps are judged here (STALL_MIN_STEPS lowered), so search.run.main runs in this process;
     the tiny_run fixture runs the real command."""
-    import warnings
-
-    from search import run
-
-    monkeypatch.setenv("CI", "1")
-    monkeypatch.delenv("WORLD_SIZE", raising=False)  # one process, whatever runs the tests
-    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # main sets its own
-    monkeypatch.setattr("search.train.flush_denormals", lambda: None)  # a process-wide setting
     monkeypatch.setattr("search.train.STALL_MIN_STEPS", 100)
 
     def search(*args: str) -> str:
         capsys.readouterr()
-        assert run.main([*TINY, "--epochs", "0", "--steps", "100", "--lr", "1e-12",
+        assert main_here([*TINY, "--epochs", "0", "--steps", "100", "--lr", "1e-12",
                          "--mask-lr", "0", *args]) == 0
         return capsys.readouterr().err
 
