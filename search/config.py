@@ -32,7 +32,8 @@ from dnarch_deploy.model import (
 # not 40: at 40 passes (the 2000-step floor) PLAID's 430 series underfit;
 # 3900 steps lift it 0.829 -> 0.842, past one std, digits ties at 4000, and MNIST-1D with 500
 # training series, not tuned on, gains 0.010 (README "Training length"). Every other bundled set
-# trains for MIN_STEPS or MAX_STEPS either way.
+# trains for MIN_STEPS or MAX_STEPS either way. A floor of 1000 cost ACSF1 0.064 (it underfits;
+# benchmarks/results/ucr_quality_min_steps_1000.md).
 AUTO_EPOCHS = 150
 MIN_STEPS = 2000
 MAX_STEPS = 4000
