@@ -1,0 +1,150 @@
+"""Where an exported network's time goes, by operator kind: onnxruntime's profiler on the
+lowered ONNX graph beside torch.profiler on the static module in eager PyTorch, one input, same
+threads.
+
+export_speed.py says whether onnxruntime beats PyTorch; this says which operators make the
+difference. One of export_speed's synthetic 1-D networks (``found`` or ``max``), lowered with one
+tactic for every block or each block's cheapest by cost (export's ``--no-tune`` choice), the
+resampling by cost. onnxruntime's figure per kind is its nodes' kernel time per call; PyTorch's is
+each aten operator's self time per call. Profiling adds a fixed cost to every node, so the
+script prints the profiled calls' time beside the unprofiled median: where the two are close (ms-
+scale nodes, as at L=1024 and batch 32) the kinds' times are the network's; on a small network
+only their shares are.
+
+    python benchmarks/export_profile.py --length 1024 --state max --tactic matmul --batch 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import onnxruntime
+import torch
+from torch.profiler import profile
+
+ROOT = Path(__file__).resolve().parent.parent
+for path in (ROOT, ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from export_speed import Options, batch_of, eager_ms, machine, synthetic  # noqa: E402
+
+from export.emit import to_onnx  # noqa: E402
+from export.lowering import lower  # noqa: E402
+from export.policy import cheapest, resample_tactics_by_cost, tactic_costs  # noqa: E402
+from export.static import freeze, materialize  # noqa: E402
+from export.tactics import TACTICS  # noqa: E402
+from export.timing import measure, runner, session  # noqa: E402
+
+BY_COST = "by-cost"
+WARM_UP = 2  # onnxruntime's first two calls ran 1.5x slower (L=1024, batch 32): not counted
+
+
+def ort_by_kind(graph, x: torch.Tensor, threads: int, calls: int
+                ) -> tuple[dict[str, float], float]:
+    """ms per call by ONNX op type, from onnxruntime's profiler (nodes' kernel time), and the
+    profiled calls' median wall time (the profiler's own cost included); each kind's time is
+    its median over the calls."""
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.log_severity_level = 3
+    with tempfile.TemporaryDirectory() as tmp:
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(tmp, "ort")
+        sess = onnxruntime.InferenceSession(graph.SerializeToString(), options,
+                                            providers=["CPUExecutionProvider"])
+        feeds = {graph.graph.input[0].name: x.numpy()}
+        for _ in range(WARM_UP + calls):
+            sess.run(None, feeds)
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == "model_run")
+    runs = runs[WARM_UP:]
+    per_run = [collections.Counter() for _ in runs]
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            for counter, (start, end) in zip(per_run, runs):
+                if start <= e["ts"] <= end:
+                    counter[e["args"]["op_name"]] += e["dur"] / 1e3
+    kinds = {k: statistics.median(c[k] for c in per_run) for k in set().union(*per_run)}
+    return kinds, statistics.median(end - start for start, end in runs) / 1e3
+
+
+def torch_by_kind(module: torch.nn.Module, x: torch.Tensor, calls: int) -> dict[str, float]:
+    """ms per call by aten operator, self time, from torch.profiler (the mean over the calls)."""
+    with torch.no_grad():
+        for _ in range(WARM_UP):  # outside the profile
+            module(x)
+        with profile() as prof:
+            for _ in range(calls):
+                module(x)
+    return {e.key: e.self_cpu_time_total / 1e3 / calls for e in prof.key_averages()
+            if e.key.startswith("aten::") and e.self_cpu_time_total > 0}
+
+
+def table(kinds: dict[str, float], top: int) -> list[str]:
+    total = sum(kinds.values())
+    rows = sorted(kinds.items(), key=lambda kv: -kv[1])
+    shown, rest = rows[:top], rows[top:]
+    if rest:
+        shown.append((f"({len(rest)} more kinds)", sum(v for _, v in rest)))
+    lines = ["| kind | ms per call | share |", "|---|---|---|"]
+    lines += [f"| {k} | {v:.3f} | {v / total:.1%} |" for k, v in shown]
+    lines.append(f"| all | {total:.3f} | 100.0% |")
+    return lines
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--length", type=int, default=1024, help="the synthetic input's length L")
+    p.add_argument("--state", choices=("found", "max"), default="max")
+    p.add_argument("--tactic", choices=(BY_COST, *TACTICS), default=BY_COST,
+                   help="every block's convolution tactic (by-cost: each block's cheapest)")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--threads", type=int, default=1, help="onnxruntime and torch threads")
+    p.add_argument("--calls", type=int, default=10, help="profiled calls (and timed repeats)")
+    p.add_argument("--top", type=int, default=12, help="kinds listed per table")
+    args = p.parse_args(argv)
+    for name in ("length", "batch", "threads", "calls", "top"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    torch.set_num_threads(args.threads)
+    model, x = synthetic(Options(), args.length, args.state)
+    static = materialize(model, freeze(model))
+    n = len(static.blocks)
+    tactics = cheapest(tactic_costs(static)) if args.tactic == BY_COST else [args.tactic] * n
+    graph = to_onnx(lower(static, tactics, resample_tactics_by_cost(static)),
+                    (batch_of(x, 2),))
+    xb = batch_of(x, args.batch)
+    ort_call = runner(session(graph, args.threads), {graph.graph.input[0].name: xb.numpy()})
+    ort_wall = measure([ort_call], args.calls)[0]["median_ms"]
+    (torch_wall,) = eager_ms([static], xb, args.calls)
+    print(f"Command: `python benchmarks/export_profile.py {shlex.join(argv or sys.argv[1:])}`")
+    print(f"Machine: {machine()}; Python {sys.version.split()[0]}, torch {torch.__version__}, "
+          f"onnxruntime {onnxruntime.__version__}; {args.threads} thread(s)")
+    print(f"Network: synthetic {args.state}, L={args.length}, {n} blocks, tactics "
+          f"{' '.join(tactics)}; batch {args.batch}")
+    print(f"Wall time per call (median of {args.calls}): onnxruntime {ort_wall:.3f} ms, "
+          f"static module in PyTorch {torch_wall:.3f} ms")
+    kinds, profiled = ort_by_kind(graph, xb, args.threads, args.calls)
+    print(f"\nonnxruntime, by op type (kernel time; a profiled call took {profiled:.3f} ms):\n")
+    print("\n".join(table(kinds, args.top)))
+    print("\nPyTorch static module, by aten operator (self time):\n")
+    print("\n".join(table(torch_by_kind(static, xb, args.calls), args.top)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
