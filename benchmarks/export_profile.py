@@ -6,10 +6,11 @@ export_speed.py says whether onnxruntime beats PyTorch; this says which operator
 difference. One of export_speed's synthetic 1-D networks (``found`` or ``max``), lowered with one
 tactic for every block or each block's cheapest by cost (export's ``--no-tune`` choice), the
 resampling by cost. onnxruntime's figure per kind is its nodes' kernel time per call; PyTorch's is
-each aten operator's self time per call. Profiling adds a fixed cost to every node, so the
-script prints the profiled calls' time beside the unprofiled median: where the two are close (ms-
-scale nodes, as at L=1024 and batch 32) the kinds' times are the network's; on a small network
-only their shares are.
+each aten operator's self time per call; onnxruntime's kinds are medians over the calls (its
+"all" row a sum of medians), torch's means. Profiling adds a fixed cost to every node, so the
+script prints the profiled calls' time beside the unprofiled median: where the two are close
+(ms-scale nodes, as at L=1024 and batch 32) the kinds' times are the network's; on a small
+network only their shares are.
 
     python benchmarks/export_profile.py --length 1024 --state max --tactic matmul --batch 32
 """
@@ -35,14 +36,14 @@ for path in (ROOT, ROOT / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from export_speed import Options, batch_of, eager_ms, machine, synthetic  # noqa: E402
+from export_speed import Options, batch_of, eager_ms, machine, ort_ms, synthetic  # noqa: E402
 
 from export.emit import to_onnx  # noqa: E402
 from export.lowering import lower  # noqa: E402
 from export.policy import cheapest, resample_tactics_by_cost, tactic_costs  # noqa: E402
 from export.static import freeze, materialize  # noqa: E402
 from export.tactics import TACTICS  # noqa: E402
-from export.timing import measure, runner, session  # noqa: E402
+from export.timing import session  # noqa: E402
 
 BY_COST = "by-cost"
 WARM_UP = 2  # onnxruntime's first two calls ran 1.5x slower (L=1024, batch 32): not counted
@@ -50,31 +51,32 @@ WARM_UP = 2  # onnxruntime's first two calls ran 1.5x slower (L=1024, batch 32):
 
 def ort_by_kind(graph, x: torch.Tensor, threads: int, calls: int
                 ) -> tuple[dict[str, float], float]:
-    """ms per call by ONNX op type, from onnxruntime's profiler (nodes' kernel time), and the
-    profiled calls' median wall time (the profiler's own cost included); each kind's time is
-    its median over the calls."""
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.log_severity_level = 3
+    """onnxruntime's profile of ``calls`` calls after :data:`WARM_UP` ones: :func:`kinds_per_call`
+    of its events."""
     with tempfile.TemporaryDirectory() as tmp:
-        options.enable_profiling = True
-        options.profile_file_prefix = os.path.join(tmp, "ort")
-        sess = onnxruntime.InferenceSession(graph.SerializeToString(), options,
-                                            providers=["CPUExecutionProvider"])
+        sess = session(graph, threads, profile_prefix=os.path.join(tmp, "ort"))
         feeds = {graph.graph.input[0].name: x.numpy()}
         for _ in range(WARM_UP + calls):
             sess.run(None, feeds)
         events = json.loads(Path(sess.end_profiling()).read_text())
-    runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == "model_run")
-    runs = runs[WARM_UP:]
-    per_run = [collections.Counter() for _ in runs]
+    return kinds_per_call(events, WARM_UP)
+
+
+def kinds_per_call(events: list[dict], warm_up: int) -> tuple[dict[str, float], float]:
+    """From onnxruntime's profile events (times in microseconds): ms per call by ONNX op type,
+    each the median over the calls after the first ``warm_up`` of its nodes' kernel time (0 in a
+    call that ran none), and the median wall time of those calls (the profiler's cost included).
+    A node belongs to the call whose span holds its start."""
+    calls = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == "model_run")
+    calls = calls[warm_up:]
+    per_call = [collections.Counter() for _ in calls]
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            for counter, (start, end) in zip(per_run, runs):
+            for counter, (start, end) in zip(per_call, calls):
                 if start <= e["ts"] <= end:
                     counter[e["args"]["op_name"]] += e["dur"] / 1e3
-    kinds = {k: statistics.median(c[k] for c in per_run) for k in set().union(*per_run)}
-    return kinds, statistics.median(end - start for start, end in runs) / 1e3
+    kinds = {k: statistics.median(c[k] for c in per_call) for k in set().union(*per_call)}
+    return kinds, statistics.median(end - start for start, end in calls) / 1e3
 
 
 def torch_by_kind(module: torch.nn.Module, x: torch.Tensor, calls: int) -> dict[str, float]:
@@ -128,10 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     graph = to_onnx(lower(static, tactics, resample_tactics_by_cost(static)),
                     (batch_of(x, 2),))
     xb = batch_of(x, args.batch)
-    ort_call = runner(session(graph, args.threads), {graph.graph.input[0].name: xb.numpy()})
-    ort_wall = measure([ort_call], args.calls)[0]["median_ms"]
+    (ort_wall,) = ort_ms([graph], [xb], args.threads, args.calls)
     (torch_wall,) = eager_ms([static], xb, args.calls)
-    print(f"Command: `python benchmarks/export_profile.py {shlex.join(argv or sys.argv[1:])}`")
+    flags = shlex.join(sys.argv[1:] if argv is None else argv)
+    print(f"Command: `python benchmarks/export_profile.py {flags}`")
     print(f"Machine: {machine()}; Python {sys.version.split()[0]}, torch {torch.__version__}, "
           f"onnxruntime {onnxruntime.__version__}; {args.threads} thread(s)")
     print(f"Network: synthetic {args.state}, L={args.length}, {n} blocks, tactics "
@@ -139,9 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Wall time per call (median of {args.calls}): onnxruntime {ort_wall:.3f} ms, "
           f"static module in PyTorch {torch_wall:.3f} ms")
     kinds, profiled = ort_by_kind(graph, xb, args.threads, args.calls)
-    print(f"\nonnxruntime, by op type (kernel time; a profiled call took {profiled:.3f} ms):\n")
+    print(f"\nonnxruntime, by op type (kernel time, median of {args.calls} calls; a profiled "
+          f"call took {profiled:.3f} ms):\n")
     print("\n".join(table(kinds, args.top)))
-    print("\nPyTorch static module, by aten operator (self time):\n")
+    print(f"\nPyTorch static module, by aten operator (self time, mean of {args.calls} calls):\n")
     print("\n".join(table(torch_by_kind(static, xb, args.calls), args.top)))
     return 0
 

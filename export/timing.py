@@ -49,12 +49,16 @@ def batch_sizes(text: str) -> tuple[int, ...]:
     return batches
 
 
-def session(model: onnx.ModelProto | bytes | str, threads: int = 0) -> ort.InferenceSession:
-    """A CPU session; ``threads`` intra-op threads (0: onnxruntime's default)."""
+def session(model: onnx.ModelProto | bytes | str, threads: int = 0,
+            profile_prefix: str | None = None) -> ort.InferenceSession:
+    """A CPU session; ``threads`` intra-op threads (0: onnxruntime's default); with
+    ``profile_prefix``, onnxruntime's profiler on, its file written there by ``end_profiling``."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    if profile_prefix is not None:
+        options.enable_profiling, options.profile_file_prefix = True, profile_prefix
     if isinstance(model, onnx.ModelProto):
         model = model.SerializeToString()
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
