@@ -1,0 +1,62 @@
+"""benchmarks/stream_layout.py: the sequence-first four-step computes today's convolution, the
+report is printed, bad flags are refused."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from stream_layout import SequenceFirstConv, both_forms, first, main  # noqa: E402
+
+from dnarch_deploy.spectral import direct_conv  # noqa: E402
+from export.tactics import MatMulFFTConv  # noqa: E402
+
+
+@pytest.mark.parametrize("length, taps", [(150, 149), (64, 9), (97, 97)])
+def test_the_sequence_first_convolution_is_the_same_correlation(length, taps):
+    torch.manual_seed(0)
+    kernel = torch.randn(3, taps, dtype=torch.float64)
+    x = torch.randn(2, 3, length, dtype=torch.float64)
+    conv = MatMulFFTConv(kernel, (length,))
+    y = SequenceFirstConv(conv)(first(x)).permute(1, 2, 0)
+    torch.testing.assert_close(y, direct_conv(x, kernel), rtol=0, atol=1e-10)
+
+
+def test_both_forms_of_the_blocks_agree_in_float64():
+    today, sequence_first = both_forms(48, 4, depth=3, dtype=torch.float64)
+    x = torch.randn(2, 4, 48, dtype=torch.float64)
+    want = today(x)
+    torch.testing.assert_close(sequence_first(first(x)).permute(1, 2, 0), want, rtol=0, atol=1e-10)
+    assert not torch.allclose(want, x)  # the blocks do something
+
+
+def test_a_small_run_prints_both_timings_and_profiles(capsys):
+    assert main(["--length", "48", "--channels", "4", "--batch", "1", "2", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Command: `python benchmarks/stream_layout.py --length 48" in out
+    gap = float(re.search(r"differ by ([\d.e+-]+) of the largest", out).group(1))
+    assert gap < 1e-5
+    rows = re.findall(r"^\| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", out, re.M)
+    assert [r[0] for r in rows] == ["1", "2"]
+    for _, today, seq, ratio in rows:
+        # printed to 3 decimals: sub-millisecond times carry a few per cent of rounding
+        assert float(ratio) == pytest.approx(float(today) / float(seq), rel=0.05)
+    assert out.count("onnxruntime by op type") == 2 and out.count("| all |") == 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch", "0"], "--batch must be >= 1, got 0"),
+    (["--length", "16"], "--length 16: its FFT is one dense DFT"),
+    (["--depth", "0"], "--depth must be >= 1, got 0"),
+])
+def test_bad_flags_are_one_error_before_any_work(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
