@@ -18,6 +18,8 @@ profile by operator kind at the largest batch.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -37,6 +39,7 @@ from export_speed import machine, ort_ms  # noqa: E402
 
 from dnarch_deploy.operators import MAX_FACTORS, fft_factors  # noqa: E402
 from export.emit import to_onnx  # noqa: E402
+from export.latency_table import global_taps  # noqa: E402
 from export.static import pointwise  # noqa: E402
 from export.tactics import MatMulFFTConv  # noqa: E402
 
@@ -101,23 +104,21 @@ class Blocks(nn.Module):
         return x
 
 
-def global_taps(length: int) -> int:
-    """A global kernel's taps on ``length`` positions (odd)."""
-    return length - 1 + length % 2
-
-
 def both_forms(length: int, channels: int, depth: int, dtype: torch.dtype = torch.float32,
                seed: int = 0) -> tuple[Blocks, Blocks]:
     """Today's layout and the sequence-first one, the same random weights; a global kernel."""
     g = torch.Generator().manual_seed(seed)
-    taps = global_taps(length)
+    (taps,) = global_taps((length,))
     kernel = torch.randn(channels, taps, generator=g, dtype=torch.float64) / taps
     conv = MatMulFFTConv(kernel, (length,)).to(dtype)
-    weights = [torch.randn(channels, channels, generator=g) / channels ** 0.5,
-               torch.randn(channels, generator=g)] * 2
-    weights = [w.to(dtype) for w in weights]
-    return (Blocks(conv, *weights, depth, False).eval(),
-            Blocks(conv, *weights, depth, True).eval())
+
+    def mixing() -> tuple[Tensor, Tensor]:  # a pointwise layer's weight and bias, drawn anew
+        weight = torch.randn(channels, channels, generator=g, dtype=dtype) / math.sqrt(channels)
+        return weight, torch.randn(channels, generator=g, dtype=dtype)
+
+    (w1, b1), (w2, b2) = mixing(), mixing()
+    return (Blocks(conv, w1, b1, w2, b2, depth, False).eval(),
+            Blocks(conv, w1, b1, w2, b2, depth, True).eval())
 
 
 def first(x: Tensor) -> Tensor:
@@ -145,7 +146,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if min(args.batch) < 1:
         p.error(f"--batch must be >= 1, got {min(args.batch)}")
-    factors = fft_factors(args.length, global_taps(args.length), MAX_FACTORS["matmul"])
+    factors = fft_factors(args.length, global_taps((args.length,))[0], MAX_FACTORS["matmul"])
     if len(factors) != 2:
         p.error(f"--length {args.length}: its FFT is one dense DFT ({factors[0]}), not a four-step "
                 f"grid; take a longer one")
@@ -154,6 +155,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    load_before = os.getloadavg()[0]
     torch.set_num_threads(args.threads)
     today, sequence_first = both_forms(args.length, args.channels, args.depth)
     x = torch.randn(2, args.channels, args.length, generator=torch.Generator().manual_seed(1))
@@ -164,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     flags = shlex.join(sys.argv[1:] if argv is None else argv)
     print(f"Command: `python benchmarks/stream_layout.py {flags}`")
     print(f"Machine: {machine()}; Python {sys.version.split()[0]}, torch {torch.__version__}, "
-          f"onnxruntime {onnxruntime.__version__}; {args.threads} thread(s)")
+          f"onnxruntime {onnxruntime.__version__}; {args.threads} thread(s); load average "
+          f"{load_before:.1f} before")
     print(f"{args.depth} residual blocks of {args.channels} channels, L={args.length}, four-step "
           f"grid {today.conv.grid} of factors {today.conv.factors}; the two forms' outputs differ "
           f"by {gap:.1e} of the largest (float32)\n")
@@ -182,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{name}, batch {max(args.batch)}: onnxruntime by op type (kernel time, median of "
               f"8 calls; a profiled call took {profiled:.3f} ms):\n")
         print("\n".join(table(kinds, 8)))
+    print(f"\nLoad average {os.getloadavg()[0]:.1f} after. Medians of {args.repeats} calls each, "
+          f"the two forms in turns: a ratio within a few per cent of 1 is a tie on a shared "
+          f"machine.")
     return 0
 
 

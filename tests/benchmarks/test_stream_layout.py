@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from stream_layout import SequenceFirstConv, both_forms, first, main  # noqa: E402
 
 from dnarch_deploy.spectral import direct_conv  # noqa: E402
+from export.emit import to_onnx  # noqa: E402
 from export.tactics import MatMulFFTConv  # noqa: E402
 
 
@@ -37,6 +38,14 @@ def test_both_forms_of_the_blocks_agree_in_float64():
     assert not torch.allclose(want, x)  # the blocks do something
 
 
+def test_the_two_pointwise_layers_differ_and_the_sequence_first_graph_moves_no_data():
+    today, sequence_first = both_forms(48, 4, depth=1)
+    assert not torch.equal(today.w1, today.w2) and not torch.equal(today.b1, today.b2)
+    graph = to_onnx(sequence_first, (torch.randn(48, 2, 4),), dynamic_batch=False)
+    kinds = {node.op_type for node in graph.graph.node}
+    assert "MatMul" in kinds and "Transpose" not in kinds
+
+
 def test_a_small_run_prints_both_timings_and_profiles(capsys):
     assert main(["--length", "48", "--channels", "4", "--batch", "1", "2", "--repeats", "2"]) == 0
     out = capsys.readouterr().out
@@ -49,6 +58,7 @@ def test_a_small_run_prints_both_timings_and_profiles(capsys):
         # printed to 3 decimals: sub-millisecond times carry a few per cent of rounding
         assert float(ratio) == pytest.approx(float(today) / float(seq), rel=0.05)
     assert out.count("onnxruntime by op type") == 2 and out.count("| all |") == 2
+    assert "load average" in out and "Load average" in out
 
 
 @pytest.mark.parametrize("argv, message", [
