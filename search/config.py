@@ -33,17 +33,12 @@ from dnarch_deploy.model import (
 # 3900 steps lift it 0.829 -> 0.842, past one std, digits ties at 4000, and MNIST-1D with 500
 # training series, not tuned on, gains 0.010 (README "Training length"). Every other bundled set
 # trains for MIN_STEPS or MAX_STEPS either way. A floor of 1000 cost ACSF1 0.064 (it underfits;
-# benchmarks/results/ucr_quality_min_steps_1000.md).
+# benchmarks/results/ucr_quality_min_steps_1000.md); one of 4000 on inputs of 512 positions or more
+# lifted ACSF1 0.827 -> 0.857 but cost PLAID (3900 -> 4000 steps) 0.875 -> 0.854, so it was not
+# kept (README "Training length").
 AUTO_EPOCHS = 150
 MIN_STEPS = 2000
 MAX_STEPS = 4000
-# Inputs of at least LONG_POSITIONS positions train for MAX_STEPS at least. ACSF1's 80 series of
-# 1460 samples still underfit at 2000 steps (last training loss 0.085-0.187): 4000 lift it 0.827 ->
-# 0.857, beyond both stds; sequential MNIST with 200 training series (784 samples), not tuned on,
-# 0.901 +- 0.035 -> 0.914 +- 0.009, the same direction inside one std; PLAID gained from 3900
-# steps too (above; README "Training length"). No bundled input lies between OSULeaf's 427
-# samples, which fits well within 2000 steps, and 784: the threshold is anywhere in that gap.
-LONG_POSITIONS = 512
 # The automatic kernel-network frequency prior (--omega-0 0) follows the data. The Fourier
 # features' frequencies are N(0, omega_0^2) cycles per unit of the kernel's coordinates [-1, 1],
 # which span the input, so two std of them reach 4 omega_0 cycles over the input. omega_0 is set
@@ -166,8 +161,7 @@ class SearchConfig:
     # Length is counted in optimiser steps, so that a 40-sample set and a 4000-sample set both get
     # enough updates (see training_length); --epochs gives it in passes over the training split.
     steps: int = _f(0, f"optimiser steps in all; 0: {AUTO_EPOCHS} passes over the training "
-                    f"split, clipped to [{MIN_STEPS}, {MAX_STEPS}] steps ({MAX_STEPS} on inputs "
-                    f"of {LONG_POSITIONS} positions or more)")
+                    f"split, clipped to [{MIN_STEPS}, {MAX_STEPS}] steps")
     epochs: int = _f(0, "training length in passes over the training split, instead of --steps "
                      "(0: use --steps)")
     batch_size: int = _f(16, "global batch size (split across ranks when distributed)")
@@ -353,14 +347,12 @@ class Length:
     per_round: int  # steps between two validations
 
 
-def training_length(cfg: SearchConfig, n_train: int, positions: int = 1) -> Length:
-    """--steps / --epochs resolved for a training split of n_train samples of ``positions``
-    positions each (the product of the input's spatial sizes)."""
+def training_length(cfg: SearchConfig, n_train: int) -> Length:
+    """--steps / --epochs resolved for a training split of n_train samples."""
     per_epoch = max(n_train // cfg.batch_size, 1)  # full batches only
     if cfg.epochs:
         return Length(cfg.epochs * per_epoch, per_epoch, per_epoch)
-    floor = MAX_STEPS if positions >= LONG_POSITIONS else MIN_STEPS
-    steps = cfg.steps or min(max(AUTO_EPOCHS * per_epoch, floor), MAX_STEPS)
+    steps = cfg.steps or min(max(AUTO_EPOCHS * per_epoch, MIN_STEPS), MAX_STEPS)
     return Length(steps, per_epoch, max(per_epoch, math.ceil(steps / ROUNDS)))
 
 

@@ -10,7 +10,6 @@ RUN_DIR it made; a run killed before then (SIGKILL) is started again by ``--resu
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shutil
@@ -150,7 +149,7 @@ def check_length(run_dir: Path, cfg: SearchConfig, task) -> None:
     already trained, and goes past them when the run is complete."""
     from .config import training_length
 
-    steps = training_length(cfg, len(task.y_train), math.prod(task.spatial)).steps
+    steps = training_length(cfg, len(task.y_train)).steps
     done = checkpoint.last_step(run_dir)
     asked = f"--epochs {cfg.epochs}" if cfg.epochs else f"--steps {cfg.steps or steps}"
     if steps < done:

@@ -397,7 +397,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
         raise ValueError(f"--batch-size {cfg.batch_size} must be divisible by the number of "
                          f"processes ({world.size})")
     # full batches only, so every step of every rank sees the same number of samples
-    length = training_length(cfg, len(train_set), math.prod(task.spatial))
+    length = training_length(cfg, len(train_set))
     batch = min(cfg.batch_size, len(train_set))
     local = batch // world.size
 

@@ -388,16 +388,9 @@ def test_denormals_are_flushed_on_every_intra_op_thread():
 
 
 def test_training_length_in_steps_and_rounds():
-    """--steps 0: AUTO_EPOCHS passes clipped to [MIN_STEPS, MAX_STEPS] (MAX_STEPS on long inputs),
-    validated ROUNDS times (at least one pass per round); --epochs: passes, one round each."""
-    from search.config import (
-        AUTO_EPOCHS,
-        LONG_POSITIONS,
-        MAX_STEPS,
-        MIN_STEPS,
-        ROUNDS,
-        training_length,
-    )
+    """--steps 0: AUTO_EPOCHS passes clipped to [MIN_STEPS, MAX_STEPS], validated ROUNDS times
+    (at least one pass per round); --epochs: passes, one round each."""
+    from search.config import AUTO_EPOCHS, MAX_STEPS, MIN_STEPS, ROUNDS, training_length
 
     tiny = training_length(SearchConfig(batch_size=16), 40)  # GunPoint: 2 batches per pass
     assert (tiny.steps, tiny.steps_per_epoch, tiny.per_round) == (MIN_STEPS, 2, MIN_STEPS // ROUNDS)
@@ -409,12 +402,6 @@ def test_training_length_in_steps_and_rounds():
     assert training_length(SearchConfig(steps=123), 40).steps == 123
     epochs = training_length(SearchConfig(epochs=3, batch_size=8), 41)  # 5 full batches
     assert (epochs.steps, epochs.steps_per_epoch, epochs.per_round) == (15, 5, 5)
-    # long inputs: MAX_STEPS at least, from LONG_POSITIONS positions on (ACSF1: 80 x 1460)
-    assert training_length(SearchConfig(batch_size=16), 80, LONG_POSITIONS - 1).steps == MIN_STEPS
-    assert training_length(SearchConfig(batch_size=16), 80, LONG_POSITIONS).steps == MAX_STEPS
-    assert training_length(SearchConfig(batch_size=16), 80, 28 * 28).steps == MAX_STEPS
-    assert training_length(SearchConfig(steps=123), 80, 1460).steps == 123  # as asked
-    assert training_length(SearchConfig(epochs=3, batch_size=8), 41, 1460).steps == 15
 
 
 def test_random_shift_moves_each_sample_and_fills_zeros():
