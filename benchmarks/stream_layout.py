@@ -42,6 +42,7 @@ from export.emit import to_onnx  # noqa: E402
 from export.latency_table import global_taps  # noqa: E402
 from export.static import pointwise  # noqa: E402
 from export.tactics import MatMulFFTConv  # noqa: E402
+from export.timing import batch_sizes  # noqa: E402
 
 
 class SequenceFirstConv(nn.Module):
@@ -137,15 +138,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--length", type=int, default=1024, help="positions L")
     p.add_argument("--channels", type=int, default=64, help="channels C of every block")
     p.add_argument("--depth", type=int, default=2, help="residual blocks")
-    p.add_argument("--batch", type=int, nargs="+", default=[1, 32], help="batch sizes timed")
+    p.add_argument("--batch", type=batch_sizes, default=(1, 32),
+                   help="batch sizes timed, comma-separated (as export's --batch)")
     p.add_argument("--threads", type=int, default=1, help="onnxruntime threads")
     p.add_argument("--repeats", type=int, default=40, help="timed calls per form and batch")
     args = p.parse_args(argv)
     for name in ("length", "channels", "depth", "threads", "repeats"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if min(args.batch) < 1:
-        p.error(f"--batch must be >= 1, got {min(args.batch)}")
     factors = fft_factors(args.length, global_taps((args.length,))[0], MAX_FACTORS["matmul"])
     if len(factors) != 2:
         p.error(f"--length {args.length}: its FFT is one dense DFT ({factors[0]}), not a four-step "

@@ -47,7 +47,7 @@ def test_the_two_pointwise_layers_differ_and_the_sequence_first_graph_moves_no_d
 
 
 def test_a_small_run_prints_both_timings_and_profiles(capsys):
-    assert main(["--length", "48", "--channels", "4", "--batch", "1", "2", "--repeats", "2"]) == 0
+    assert main(["--length", "48", "--channels", "4", "--batch", "1,2", "--repeats", "2"]) == 0
     out = capsys.readouterr().out
     assert "Command: `python benchmarks/stream_layout.py --length 48" in out
     gap = float(re.search(r"differ by ([\d.e+-]+) of the largest", out).group(1))
@@ -62,7 +62,7 @@ def test_a_small_run_prints_both_timings_and_profiles(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--batch", "0"], "--batch must be >= 1, got 0"),
+    (["--batch", "0"], "expected comma-separated integers >= 1, got '0'"),
     (["--length", "16"], "--length 16: its FFT is one dense DFT"),
     (["--depth", "0"], "--depth must be >= 1, got 0"),
 ])
