@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 from .server import command
+
+
+def runs_note(runs: Path) -> str | None:
+    """What to say on the terminal about the runs directory before the server starts: nothing
+    when it exists, a note when it does not yet (a search started later writes it, and its runs
+    appear on the page), so that a mistyped path is seen where it was typed."""
+    if runs.is_dir():
+        return None
+    return (f"note: {runs} does not exist yet; the dashboard shows runs as searches write them "
+            f"(python -m search.run --out {runs / 'NAME'})")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -21,6 +33,12 @@ def main(argv: list[str] | None = None) -> None:
                         "other machines")
     parser.add_argument("--port", type=int, default=8501, help="port to listen on")
     args = parser.parse_args(argv)
+    runs = Path(args.runs)
+    if runs.exists() and not runs.is_dir():
+        parser.error(f"{runs} is a file, not a directory: give the folder that holds the run "
+                     f"directories")
+    if note := runs_note(runs):
+        print(note, file=sys.stderr, flush=True)
     print(f"dashboard on http://{args.host}:{args.port} (Ctrl-C stops it)", flush=True)
     cmd = command(args.runs, args.host, args.port)
     os.execv(cmd[0], cmd)  # become the server: signals (Ctrl-C, terminate) reach it directly

@@ -46,3 +46,22 @@ def test_runs_directory_from_flag_then_environment_then_default(monkeypatch):
     monkeypatch.setenv("DNARCH_RUNS", "/data/runs")
     assert str(runs_root(["-q", "tests"])) == "/data/runs"  # foreign arguments are ignored
     assert str(runs_root(["--runs", "mine"])) == "mine"
+
+
+def test_a_file_as_runs_directory_is_refused_before_the_server_starts(tmp_path):
+    runs = tmp_path / "runs.txt"
+    runs.write_text("not a folder")
+    done = subprocess.run([sys.executable, "-m", "dashboard", str(runs)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"{runs} is a file, not a directory" in done.stderr
+    assert "dashboard on" not in done.stdout  # no server was started
+
+
+def test_a_missing_runs_directory_is_named_on_the_terminal(tmp_path):
+    from dashboard.__main__ import runs_note
+
+    assert runs_note(tmp_path) is None
+    note = runs_note(tmp_path / "typo")
+    assert note.startswith(f"note: {tmp_path / 'typo'} does not exist yet")
+    assert f"--out {tmp_path / 'typo' / 'NAME'}" in note
