@@ -11,10 +11,10 @@ from .server import command
 
 
 def runs_note(runs: Path) -> str | None:
-    """What to say on the terminal about the runs directory before the server starts: nothing
-    when it exists, a note when it does not yet (a search started later writes it, and its runs
-    appear on the page), so that a mistyped path is seen where it was typed."""
-    if runs.is_dir():
+    """What to say on the terminal about the runs directory before the server starts: a note when
+    nothing is at that path yet (a search started later writes it, and its runs appear on the
+    page), so that a mistyped path is seen where it was typed; nothing otherwise."""
+    if runs.exists():
         return None
     return (f"note: {runs} does not exist yet; the dashboard shows runs as searches write them "
             f"(python -m search.run --out {runs / 'NAME'})")
@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     runs = Path(args.runs)
     if runs.exists() and not runs.is_dir():
-        parser.error(f"{runs} is a file, not a directory: give the folder that holds the run "
-                     f"directories")
+        parser.error(f"runs directory {runs} is not a directory: give the folder that holds "
+                     f"the run directories (the argument, else $DNARCH_RUNS)")
     if note := runs_note(runs):
         print(note, file=sys.stderr, flush=True)
     print(f"dashboard on http://{args.host}:{args.port} (Ctrl-C stops it)", flush=True)

@@ -54,14 +54,19 @@ def test_a_file_as_runs_directory_is_refused_before_the_server_starts(tmp_path):
     done = subprocess.run([sys.executable, "-m", "dashboard", str(runs)], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2
-    assert f"{runs} is a file, not a directory" in done.stderr
+    assert f"runs directory {runs} is not a directory" in done.stderr
     assert "dashboard on" not in done.stdout  # no server was started
 
 
-def test_a_missing_runs_directory_is_named_on_the_terminal(tmp_path):
-    from dashboard.__main__ import runs_note
+def test_a_missing_runs_directory_is_named_on_the_terminal(tmp_path, monkeypatch, capsys):
+    from dashboard import __main__ as cli
 
-    assert runs_note(tmp_path) is None
-    note = runs_note(tmp_path / "typo")
-    assert note.startswith(f"note: {tmp_path / 'typo'} does not exist yet")
-    assert f"--out {tmp_path / 'typo' / 'NAME'}" in note
+    started = []
+    monkeypatch.setattr(cli.os, "execv", lambda path, args: started.append(args))
+    cli.main([str(tmp_path / "typo")])
+    err = capsys.readouterr().err
+    assert f"note: {tmp_path / 'typo'} does not exist yet" in err
+    assert f"--out {tmp_path / 'typo' / 'NAME'}" in err
+    assert started and started[0][-1] == str(tmp_path / "typo")  # the server still starts
+    cli.main([str(tmp_path)])  # an existing folder: no note
+    assert "note:" not in capsys.readouterr().err
