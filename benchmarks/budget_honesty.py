@@ -285,21 +285,41 @@ def front_table(sweeps: dict[str, dict]) -> list[str]:
     return lines
 
 
+def models(pareto: dict) -> dict[str, list[dict]]:
+    """Every model of a sweep, each with its rows over seeds: the base family by WIDTHxDEPTH,
+    the searches by budget."""
+    points = {f"base {k}": rows for k, rows in base_points(pareto).items()}
+    for budget in sorted({r["budget"] for r in pareto["rows"] if r["kind"] == "search"}):
+        points[f"search, budget {budget:g}"] = searches(pareto, budget)
+    return points
+
+
 def points_table(sweeps: dict[str, dict]) -> list[str]:
-    """Table 4: every point of every sweep (the base family by WIDTHxDEPTH, the searches by
-    budget), mean ± std over seeds of its test metric, deployed MACs and measured latency."""
+    """Table 4: every point of every sweep, mean ± std over seeds of its test metric, deployed
+    MACs and measured latency."""
     batches = next((list(map(str, p["batches"])) for p in sweeps.values()), ["1", "32"])
     lines = ["| task | model | test metric | MMAC / sample | "
              + " | ".join(f"ms B={b}" for b in batches) + " |",
              "|---|---|---|---|" + "---|" * len(batches)]
     for task, pareto in sweeps.items():
-        points = {f"base {k}": rows for k, rows in base_points(pareto).items()}
-        for budget in sorted({r["budget"] for r in pareto["rows"] if r["kind"] == "search"}):
-            points[f"search, budget {budget:g}"] = searches(pareto, budget)
-        for name, rows in points.items():
+        for name, rows in models(pareto).items():
             ms = " | ".join(fmt([r["ms"][b] for r in rows]) for b in batches)
             lines.append(f"| {task} | {name} | {fmt([r['test_metric'] for r in rows])} | "
                          f"{fmt([r['macs'] / 1e6 for r in rows])} | {ms} |")
+    return lines
+
+
+def seeds_table(sweeps: dict[str, dict]) -> list[str]:
+    """Table 5: every model's test metric per seed, so that a seed that every model finds hard
+    (or one that only the searches do) can be seen behind the means."""
+    seeds = sorted({r["seed"] for p in sweeps.values() for r in p["rows"]})
+    lines = ["| task | model | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+             "|---|---|" + "---|" * len(seeds)]
+    for task, pareto in sweeps.items():
+        for name, rows in models(pareto).items():
+            by_seed = {r["seed"]: r["test_metric"] for r in rows}
+            lines.append(f"| {task} | {name} | " + " | ".join(
+                f"{by_seed[s]:.3f}" if s in by_seed else "–" for s in seeds) + " |")
     return lines
 
 
@@ -454,6 +474,12 @@ def report(args, sweeps: dict[str, dict | str], invocations: list[dict]) -> str:
         "cost model's: summary.json's macs).",
         "",
         *points_table(done),
+        "",
+        "## Every seed",
+        "",
+        "Each model's test metric per seed.",
+        "",
+        *seeds_table(done),
     ]) + "\n"
 
 

@@ -130,6 +130,12 @@ def test_report_only_tables_and_targets(tmp_path: Path):
         "0.950 ± 0.000", "1.000 ± 0.000", "2.000 ± 0.000", "20.000 ± 0.000"]
     assert not any(ln.startswith("| digits | search, budget 0.5 |") for ln in points.splitlines())
 
+    # table 5: every model's test metric per seed (the rows of gunpoint() and digits())
+    per_seed = text[text.index("## Every seed"):]
+    assert cells(per_seed, "| ucr:GunPoint | base 16x4 |")[2:] == ["0.900", "0.920"]
+    assert cells(per_seed, "| ucr:GunPoint | search, budget 0.5 |")[2:] == ["0.930", "0.960"]
+    assert cells(per_seed, "| digits | search, budget 0.25 |")[2:] == ["0.900", "0.900"]
+
 
 def test_report_only_without_sweeps_writes_nothing(tmp_path: Path):
     """A wrong --out or a damaged pareto.json: one error naming it, exit 1, and the results file
