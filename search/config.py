@@ -35,8 +35,9 @@ from dnarch_deploy.model import (
 # trains for MIN_STEPS or MAX_STEPS either way. A floor of 1000 cost ACSF1 0.064 (it underfits;
 # benchmarks/results/ucr_quality_min_steps_1000.md); one of 4000 on inputs of 512 positions or more
 # lifted ACSF1 0.827 -> 0.857 but cost PLAID (3900 -> 4000 steps) 0.875 -> 0.854, so it was not
-# kept (README "Training length"). A floor of 1000 on short inputs only tied without a budget, but
-# under one it broke ArrowHead's searches, 0.711 -> 0.520 at 0.25 (ucr_quality_short_floor.md).
+# kept (README "Training length"). A floor of 1000 on inputs of at most 256 positions tied in the
+# default search, but broke ArrowHead's budgeted searches, 0.711 -> 0.520 at budget 0.25
+# (benchmarks/results/ucr_quality_short_floor.md).
 AUTO_EPOCHS = 150
 MIN_STEPS = 2000
 MAX_STEPS = 4000
