@@ -43,7 +43,7 @@ for path in (ROOT, ROOT / "benchmarks"):
     if str(path) not in sys.path:  # `python benchmarks/budget_honesty.py` from the repository
         sys.path.insert(0, str(path))
 
-from search_quality import code_state, fmt  # noqa: E402
+from search_quality import code_state, describe_arch, fmt  # noqa: E402
 
 from dnarch_deploy import sweepdir as S  # noqa: E402
 from dnarch_deploy.rundir import RunError  # noqa: E402
@@ -323,6 +323,27 @@ def seeds_table(sweeps: dict[str, dict]) -> list[str]:
     return lines
 
 
+def architectures_table(out: Path, sweeps: dict[str, dict]) -> list[str]:
+    """Table 6: each searched network with its test metric, whether its run restarted (the stall
+    check) and the architecture it found, from the run directory, so that kernels at the 3-tap
+    minimum or a restart can be read beside the metric. "–" where the run directory is gone."""
+    lines = ["| task | budget | seed | test metric | restarted | architecture |",
+             "|---|---|---|---|---|---|"]
+    for task, pareto in sweeps.items():
+        for budget in sorted({r["budget"] for r in pareto["rows"] if r["kind"] == "search"}):
+            for r in sorted(searches(pareto, budget), key=lambda r: r["seed"]):
+                run_dir = out / slug(task) / r["run_dir"]
+                try:
+                    arch = describe_arch(run_dir)
+                    summary = json.loads((run_dir / "summary.json").read_text())
+                    restarted = "yes" if summary.get("restarts") else "no"
+                except (OSError, ValueError, KeyError):
+                    arch, restarted = "–", "–"
+                lines.append(f"| {task} | {budget:g} | {r['seed']} | {r['test_metric']:.3f} | "
+                             f"{restarted} | {arch} |")
+    return lines
+
+
 def targets(checks: list[bool | None], verdicts: dict[float, dict[str, str | None]],
             sweeps: dict[str, dict | str], budgets: list[float]) -> list[str]:
     """The targets of issue 15, met or missed (two are not measured here)."""
@@ -480,6 +501,14 @@ def report(args, sweeps: dict[str, dict | str], invocations: list[dict]) -> str:
         "Each model's test metric per seed.",
         "",
         *seeds_table(done),
+        "",
+        "## Architectures found",
+        "",
+        "Each searched network: depth and stream width, then per block its kernel size K and "
+        "resolution R per axis and its widths n_in/n_mid/n_out (the run's architecture.json); "
+        "*restarted*: the run's stall check started it again (summary.json's restarts).",
+        "",
+        *architectures_table(Path(args.out), done),
     ]) + "\n"
 
 

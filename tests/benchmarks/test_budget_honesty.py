@@ -68,6 +68,15 @@ def test_report_only_tables_and_targets(tmp_path: Path):
     out, results = tmp_path / "bh", tmp_path / "bh.md"
     write_sweep(out, "ucr:GunPoint", gunpoint())
     write_sweep(out, "digits", digits())
+    # GunPoint's seed-0 searches share runs/search-0 (row()); it found two blocks and restarted
+    run_dir = out / "ucr-GunPoint" / "runs" / "search-0"
+    run_dir.mkdir(parents=True)
+    blocks = [{"kernel_size": [41], "resolution": [150], "n_in": 20, "n_mid": 24, "n_out": 20},
+              {"kernel_size": [3], "resolution": [120], "n_in": 20, "n_mid": 9, "n_out": 20}]
+    (run_dir / "architecture.json").write_text(json.dumps({
+        "depth": 2, "max_depth": 8, "stream_width": 20, "max_width": 64, "input_size": [150],
+        "blocks": blocks}))
+    (run_dir / "summary.json").write_text(json.dumps({"restarts": [{"step": 600}]}))
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, str(SCRIPT), "--report-only", "--tasks",
                            "ucr:GunPoint", "digits", "--seeds", "2", "--out", str(out),
@@ -135,6 +144,15 @@ def test_report_only_tables_and_targets(tmp_path: Path):
     assert cells(per_seed, "| ucr:GunPoint | base 16x4 |")[2:] == ["0.900", "0.920"]
     assert cells(per_seed, "| ucr:GunPoint | search, budget 0.5 |")[2:] == ["0.930", "0.960"]
     assert cells(per_seed, "| digits | search, budget 0.25 |")[2:] == ["0.900", "0.900"]
+
+    # table 6: each searched network's architecture and restart, "–" where its run dir is gone
+    archs = text[text.index("## Architectures found"):]
+    assert cells(archs, "| ucr:GunPoint | 0.25 | 0 |")[3:] == [
+        "0.850", "yes", "depth 2 of 8, stream 20 of 64 (input 150): K 41, R 150, 20/24/20; "
+        "K 3, R 120, 20/9/20"]
+    assert cells(archs, "| ucr:GunPoint | 0.25 | 1 |")[3:] == ["0.870", "–", "–"]
+    assert len([ln for ln in archs.splitlines() if ln.startswith("| ucr:GunPoint |")]) == 6
+    assert cells(archs, "| digits | 0.25 | 1 |")[3:] == ["0.900", "–", "–"]
 
 
 def test_report_only_without_sweeps_writes_nothing(tmp_path: Path):
