@@ -11,7 +11,10 @@ onnxruntime latency measured in one session at batch 1 and 32. Then, from every 
   (found MACs / base MACs), and whether the measured ratio is within ±20 % of the budget;
 - Table 2, per task at budgets 0.25 and 0.5: the found network's test metric against the base
   point(s) whose batch-1 latency is within ±10 % of the found network's, and a verdict;
-- the targets of issue 15, met or missed.
+- the targets of issue 15, met or missed;
+- Table 3, each budget's searched networks against the base family's front (issue 19);
+- Tables 4-6: every model's means, its metric per seed, and each searched network's architecture
+  and whether its run restarted (from its run directory).
 
     python benchmarks/budget_honesty.py                   # the full run (README's table)
     python benchmarks/budget_honesty.py --report-only     # the tables from OUT's sweeps again
@@ -46,7 +49,7 @@ for path in (ROOT, ROOT / "benchmarks"):
 from search_quality import code_state, describe_arch, fmt  # noqa: E402
 
 from dnarch_deploy import sweepdir as S  # noqa: E402
-from dnarch_deploy.rundir import RunError  # noqa: E402
+from dnarch_deploy.rundir import RunError, read_json  # noqa: E402
 from search import sweep  # noqa: E402
 from search.config import parse_args  # noqa: E402
 from search.pareto import against_base_front, mean_points  # noqa: E402
@@ -326,7 +329,7 @@ def seeds_table(sweeps: dict[str, dict]) -> list[str]:
 def architectures_table(out: Path, sweeps: dict[str, dict]) -> list[str]:
     """Table 6: each searched network with its test metric, whether its run restarted (the stall
     check) and the architecture it found, from the run directory, so that kernels at the 3-tap
-    minimum or a restart can be read beside the metric. "–" where the run directory is gone."""
+    minimum or a restart can be read beside the metric. "–" where a file is gone or damaged."""
     lines = ["| task | budget | seed | test metric | restarted | architecture |",
              "|---|---|---|---|---|---|"]
     for task, pareto in sweeps.items():
@@ -335,10 +338,13 @@ def architectures_table(out: Path, sweeps: dict[str, dict]) -> list[str]:
                 run_dir = out / slug(task) / r["run_dir"]
                 try:
                     arch = describe_arch(run_dir)
-                    summary = json.loads((run_dir / "summary.json").read_text())
-                    restarted = "yes" if summary.get("restarts") else "no"
-                except (OSError, ValueError, KeyError):
-                    arch, restarted = "–", "–"
+                except (OSError, ValueError, KeyError, TypeError, AttributeError):  # gone, damaged
+                    arch = "–"
+                try:
+                    summary = read_json(run_dir / "summary.json", ("restarts",), within=run_dir)
+                    restarted = "yes" if summary["restarts"] else "no"
+                except RunError:
+                    restarted = "–"
                 lines.append(f"| {task} | {budget:g} | {r['seed']} | {r['test_metric']:.3f} | "
                              f"{restarted} | {arch} |")
     return lines

@@ -66,17 +66,28 @@ def cells(text: str, start: str) -> list[str]:
 
 def test_report_only_tables_and_targets(tmp_path: Path):
     out, results = tmp_path / "bh", tmp_path / "bh.md"
-    write_sweep(out, "ucr:GunPoint", gunpoint())
+    rows = gunpoint()
+    for r in rows:  # each search its own run directory, as search.sweep names them
+        if r["kind"] == "search":
+            r["run_dir"] = f"runs/search-b{r['budget']:g}-s{r['seed']}"
+    write_sweep(out, "ucr:GunPoint", rows)
     write_sweep(out, "digits", digits())
-    # GunPoint's seed-0 searches share runs/search-0 (row()); it found two blocks and restarted
-    run_dir = out / "ucr-GunPoint" / "runs" / "search-0"
-    run_dir.mkdir(parents=True)
-    blocks = [{"kernel_size": [41], "resolution": [150], "n_in": 20, "n_mid": 24, "n_out": 20},
-              {"kernel_size": [3], "resolution": [120], "n_in": 20, "n_mid": 9, "n_out": 20}]
-    (run_dir / "architecture.json").write_text(json.dumps({
-        "depth": 2, "max_depth": 8, "stream_width": 20, "max_width": 64, "input_size": [150],
-        "blocks": blocks}))
-    (run_dir / "summary.json").write_text(json.dumps({"restarts": [{"step": 600}]}))
+    # run directories for table 6: GunPoint's budget-0.25 search of seed 0 found two blocks and
+    # restarted; its budget-0.5 one found one block and did not; seed 1's 0.25 one has a damaged
+    # architecture.json and summary.json; every other run directory is gone
+    runs = out / "ucr-GunPoint" / "runs"
+    block = {"kernel_size": [41], "resolution": [150], "n_in": 20, "n_mid": 24, "n_out": 20}
+    short = {"kernel_size": [3], "resolution": [120], "n_in": 20, "n_mid": 9, "n_out": 20}
+    for name, blocks, restarts in (("search-b0.25-s0", [block, short], [{"step": 600}]),
+                                   ("search-b0.5-s0", [short], [])):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "architecture.json").write_text(json.dumps({
+            "depth": len(blocks), "max_depth": 8, "stream_width": 20, "max_width": 64,
+            "input_size": [150], "blocks": blocks}))
+        (runs / name / "summary.json").write_text(json.dumps({"restarts": restarts}))
+    (runs / "search-b0.25-s1").mkdir()
+    (runs / "search-b0.25-s1" / "architecture.json").write_text('{"blocks": null}')
+    (runs / "search-b0.25-s1" / "summary.json").write_text("[]")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, str(SCRIPT), "--report-only", "--tasks",
                            "ucr:GunPoint", "digits", "--seeds", "2", "--out", str(out),
@@ -150,7 +161,10 @@ def test_report_only_tables_and_targets(tmp_path: Path):
     assert cells(archs, "| ucr:GunPoint | 0.25 | 0 |")[3:] == [
         "0.850", "yes", "depth 2 of 8, stream 20 of 64 (input 150): K 41, R 150, 20/24/20; "
         "K 3, R 120, 20/9/20"]
-    assert cells(archs, "| ucr:GunPoint | 0.25 | 1 |")[3:] == ["0.870", "–", "–"]
+    assert cells(archs, "| ucr:GunPoint | 0.5 | 0 |")[3:] == [
+        "0.930", "no", "depth 1 of 8, stream 20 of 64 (input 150): K 3, R 120, 20/9/20"]
+    assert cells(archs, "| ucr:GunPoint | 0.25 | 1 |")[3:] == ["0.870", "–", "–"]  # damaged
+    assert cells(archs, "| ucr:GunPoint | 1 | 1 |")[3:] == ["0.950", "–", "–"]  # gone
     assert len([ln for ln in archs.splitlines() if ln.startswith("| ucr:GunPoint |")]) == 6
     assert cells(archs, "| digits | 0.25 | 1 |")[3:] == ["0.900", "–", "–"]
 
