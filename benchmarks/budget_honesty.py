@@ -333,20 +333,20 @@ def architectures_table(out: Path, sweeps: dict[str, dict]) -> list[str]:
     lines = ["| task | budget | seed | test metric | restarted | architecture |",
              "|---|---|---|---|---|---|"]
     for task, pareto in sweeps.items():
-        for budget in sorted({r["budget"] for r in pareto["rows"] if r["kind"] == "search"}):
-            for r in sorted(searches(pareto, budget), key=lambda r: r["seed"]):
-                run_dir = out / slug(task) / r["run_dir"]
-                try:
-                    arch = describe_arch(run_dir)
-                except (OSError, ValueError, KeyError, TypeError, AttributeError):  # gone, damaged
-                    arch = "–"
-                try:
-                    summary = read_json(run_dir / "summary.json", ("restarts",), within=run_dir)
-                    restarted = "yes" if summary["restarts"] else "no"
-                except RunError:
-                    restarted = "–"
-                lines.append(f"| {task} | {budget:g} | {r['seed']} | {r['test_metric']:.3f} | "
-                             f"{restarted} | {arch} |")
+        found = [r for r in pareto["rows"] if r["kind"] == "search"]
+        for r in sorted(found, key=lambda r: (r["budget"], r["seed"])):
+            run_dir = out / slug(task) / r["run_dir"]
+            try:
+                arch = describe_arch(run_dir)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):  # gone, damaged
+                arch = "–"
+            try:
+                summary = read_json(run_dir / "summary.json", ("restarts",), within=run_dir)
+                restarted = "yes" if summary["restarts"] else "no"
+            except RunError:
+                restarted = "–"
+            lines.append(f"| {task} | {r['budget']:g} | {r['seed']} | {r['test_metric']:.3f} | "
+                         f"{restarted} | {arch} |")
     return lines
 
 
