@@ -378,7 +378,7 @@ def set_masks(model, arch: Architecture) -> None:
                     # (steps of 2 / (k_max - 1)) and, scaled by r / n, at the block's resolution
                     step, scale, h_max = 2.0 / (k_max - 1), r / n, (k_max - 1) // 2
                     h, h_r = (b.kernel_size[a] - 1) // 2, (b.kernel_taps[a] - 1) // 2
-                    s_lo, s_hi = M.gaussian_sigma_range(k_max, T)
+                    s_lo, s_hi = c.kernel_sigma_range(a)
                     root = math.sqrt(-2.0 * math.log(T))
                     lo = max(h * step, h_r * step / scale, s_lo * root)
                     hi = s_hi * root

@@ -400,8 +400,8 @@ def cost_range(config, units: Units | BatchBlend = MACS) -> tuple[float, float]:
         for end in (0, 1):
             for name, p in model.named_parameters():
                 if name == "mask_sigma":
-                    for axis, k in enumerate(config.max_kernel):
-                        p[:, axis] = M.gaussian_sigma_range(k, config.threshold)[end]
+                    for axis in range(len(config.max_kernel)):
+                        p[:, axis] = config.kernel_sigma_range(axis)[end]
                 elif name.startswith("mask_"):
                     tau = {"mask_res": config.tau_resolution, "mask_width": config.tau_width,
                            "mask_depth": config.tau_depth}[name]

@@ -54,13 +54,15 @@ MODEL_FIELDS_BEFORE = {
     "initial_kernel": 0,  # kernels started global
     "sample_floor": 1e-3,  # input_norm="sample" variance floor
     "pool": "avg",  # the global decoder read the channels' means only
+    "kernel_floor": 0.0,  # kernels could shrink to 3 taps on every axis
 }
 # The same for the search's flags ("train"): every one added after version 1, with what runs
 # written before it trained with (a resumed run must continue as it began, and search.jobs
 # compares every flag, so a missing one would read as a changed one).
 TRAIN_FIELDS_BEFORE = {"pool": MODEL_FIELDS_BEFORE["pool"], "label_smoothing": 0.0,
                        "crop_min_length": 0,  # R was learned on every input
-                       "jitter": 0.0, "mixup": 0.0, "block_norm": "input"}
+                       "jitter": 0.0, "mixup": 0.0, "block_norm": "input",
+                       "kernel_floor": MODEL_FIELDS_BEFORE["kernel_floor"]}
 SUMMARY_KEYS = (
     "task", "learn", "metric_name", "test_metric", "complexity_ratio", "params", "macs",
     "wall_seconds",

@@ -25,7 +25,7 @@ def mask_ranges(model: DNArch) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     c = model.config
     out = {}
     if c.learns("K"):
-        bounds = [M.gaussian_sigma_range(k, c.threshold) for k in c.max_kernel]
+        bounds = [c.kernel_sigma_range(axis) for axis in range(len(c.max_kernel))]
         lo = torch.tensor([b[0] for b in bounds]).expand_as(model.mask_sigma)
         hi = torch.tensor([b[1] for b in bounds]).expand_as(model.mask_sigma)
         out["mask_sigma"] = (lo, hi)

@@ -252,6 +252,20 @@ def test_initial_kernel_is_global_up_to_initial_kernel_taps(learn, initial_kerne
     assert model.kernel_gain == pytest.approx(1.0 / math.prod(expected) ** 0.5)
 
 
+def test_an_initial_kernel_under_the_kernel_floor_starts_at_the_floor():
+    """initial_kernel 149 on 1460 samples with a floor of 1/8: kernels start at 183 taps, the
+    shortest the clamp allows, and the gain follows them."""
+    config = ModelConfig(in_channels=1, out_channels=2, input_size=(1460,), depth=2, width=4,
+                         initial_kernel=149, kernel_floor=0.125)
+    assert config.initial_kernel_size == (183,)
+    model = DNArch(config)
+    with torch.no_grad():
+        half = {b.half_taps for b in model.plan().blocks}
+        model.clamp_masks_()
+        assert {b.half_taps for b in model.plan().blocks} == half == {(91,)}
+    assert model.kernel_gain == pytest.approx(183 ** -0.5)
+
+
 @pytest.mark.parametrize("value", [-1, 1, 2, 148])
 def test_initial_kernel_must_be_zero_or_odd(value):
     with pytest.raises(ValueError, match=f"initial_kernel must be 0 .* got {value}"):

@@ -13,6 +13,7 @@ import pytest
 from safetensors.torch import save_file
 
 from dnarch_deploy import DNArch, ModelConfig
+from dnarch_deploy import masks as M
 from dnarch_deploy import rundir as R
 from dnarch_deploy.io import atomic_write_text
 
@@ -91,13 +92,14 @@ def test_data_fingerprint_and_check():
 
 
 def test_a_config_from_before_a_model_field_reads_as_it_trained(tmp_path):
-    """config.json records every model field; one written before initial_kernel,
-    sample_floor, pool and block_norm existed gets the values those runs trained with, so they
+    """config.json records every model field; one written before initial_kernel, sample_floor,
+    pool, block_norm and kernel_floor existed gets the values those runs trained with, so they
     load and export as trained."""
     config = ModelConfig(in_channels=1, out_channels=2, input_size=(400,), depth=1, width=4,
                          input_norm="sample")
     model = config.to_dict()
     del model["initial_kernel"], model["sample_floor"], model["pool"], model["block_norm"]
+    del model["kernel_floor"]
     record = {"schema": R.RUN_SCHEMA, "version": R.RUN_VERSION, "task": "t", "seed": 0,
               "model": model, "train": {}}
     atomic_write_text(tmp_path / R.CONFIG, json.dumps(record))
@@ -105,6 +107,7 @@ def test_a_config_from_before_a_model_field_reads_as_it_trained(tmp_path):
     assert read.initial_kernel == 0 and read.sample_floor == 1e-3
     assert read.pooling == ("mean",) and not hasattr(DNArch(read), "dec_w_max")
     assert read.initial_kernel_size == (399,)
+    assert read.kernel_floor == 0.0 and read.kernel_sigma_range(0) == M.gaussian_sigma_range(399)
     assert read.block_norm == "input" and DNArch(read).blocks[0].norm_at == "input"
     assert float(DNArch(read).sample_eps()) == pytest.approx(1e-6)
     fresh = ModelConfig(**{**model, "initial_kernel": 149})

@@ -61,8 +61,8 @@ def randomize_masks(model: DNArch, rng: random.Random) -> None:
     with torch.no_grad():
         if c.learns("K"):
             for b in range(c.max_depth):
-                for axis, k in enumerate(c.max_kernel):
-                    lo, hi = M.gaussian_sigma_range(k, c.threshold)
+                for axis in range(len(c.max_kernel)):
+                    lo, hi = c.kernel_sigma_range(axis)
                     model.mask_sigma[b, axis] = rng.choice([lo, hi, rng.uniform(lo, hi)])
         for name, tau in (
             ("mask_res", c.tau_resolution),
