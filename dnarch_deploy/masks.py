@@ -128,9 +128,10 @@ def sigmoid_mu_range(tau: float) -> tuple[float, float]:
 
 
 def floor_half_taps(k_max: int, floor: float = 0.0) -> int:
-    """Half-width of the shortest kernel allowed: ``floor`` x k_max taps, rounded down to an odd
-    count, and never under 3 (one step either side of the centre, so the kernel never collapses
-    to one sample)."""
+    """Half-width of the shortest kernel allowed: floor(``floor`` x k_max / 2), so about ``floor``
+    x k_max taps (427 x 1/16 = 26.7 gives 27), and never under 1: 3 taps, one step either side of
+    the centre, so the kernel never collapses to one sample. The kernel is counted at full
+    resolution: a cropped block runs fewer taps."""
     return max(1, math.floor(k_max * floor / 2 + 1e-9))
 
 

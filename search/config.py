@@ -20,6 +20,7 @@ from dnarch_deploy.model import (
     BLOCK_NORMS,
     CROP_RULES,
     MAX_DEPTH,
+    MAX_KERNEL_FLOOR,
     MAX_WIDTH,
     POOLINGS,
     ModelConfig,
@@ -224,8 +225,9 @@ class SearchConfig:
                                  "up to this many taps and at this size, centred, on longer ones "
                                  "(odd; 0: global everywhere)")
     kernel_floor: float = _model("kernel_floor", "with K learned: the shortest kernel, as a share "
-                                 "of the longest on each axis (rounded down to an odd number "
-                                 "of taps, at least 3; 0: 3 taps)")
+                                 "of the longest on each axis, at full resolution (its "
+                                 "half-width: that share of the longest kernel's taps, halved "
+                                 "and rounded down; at least 3 taps; 0: 3 taps)")
     tau_resolution: float = _model("tau_resolution", "temperature of the resolution masks")
     tau_width: float = _model("tau_width", "temperature of the width masks")
     tau_depth: float = _model("tau_depth", "temperature of the depth mask")
@@ -295,8 +297,8 @@ class SearchConfig:
              f"got {self.device!r}"),
             (min(self.tau_resolution, self.tau_width, self.tau_depth) > 0,
              "--tau-* must be > 0"),
-            (0 <= self.kernel_floor <= 1, f"--kernel-floor must be in [0, 1] (a share of the "
-             f"longest kernel), got {self.kernel_floor}"),
+            (0 <= self.kernel_floor <= MAX_KERNEL_FLOOR, f"--kernel-floor must be in "
+             f"[0, {MAX_KERNEL_FLOOR}] (a share of the longest kernel), got {self.kernel_floor}"),
             (self.omega_0 >= 0, f"--omega-0 must be >= 0 (0: automatic), got {self.omega_0}"),
         ]
         for ok, message in checks:

@@ -154,6 +154,7 @@ REPLAY_CASES = {
     "2d-dense": dict(input_size=(9, 12), dense=True),
     "tokens": dict(input_size=(16,), vocab_size=11, in_channels=5),
     "learn-KR": dict(input_size=(33,), learn="KR"),
+    "kernel-floor": dict(input_size=(300,), width=3, kernel_floor=0.5),  # 149 of 299 taps
     "learn-WD": dict(input_size=(20,), learn="WD"),
     "base-ccnn": dict(input_size=(16,), learn="none"),
 }

@@ -206,7 +206,7 @@ def test_clamp_masks_restores_the_ranges_after_a_wild_update():
     assert all(min(b.resolution) >= 1 for b in plan.blocks)
 
 
-@pytest.mark.parametrize("floor", [0.125, 0.3, 1.0])
+@pytest.mark.parametrize("floor", [0.125, 0.3, 0.5])
 def test_the_kernel_floor_is_that_share_of_the_longest_kernel(floor):
     """At sigma_min the support holds floor x k_max taps rounded down to an odd count (3 at
     least, k_max at most); the initial kernel's sigma is never under it."""
@@ -216,9 +216,11 @@ def test_the_kernel_floor_is_that_share_of_the_longest_kernel(floor):
         taps = torch.arange(-(k_max // 2), k_max // 2 + 1) * step
         expected = min(max(3, 2 * math.floor(k_max * floor / 2) + 1), k_max)
         assert int((M.gaussian_mask(taps, torch.tensor(lo)) > 0).sum()) == expected, k_max
-        assert hi == M.gaussian_sigma_range(k_max)[1]
+        assert int((M.gaussian_mask(taps, torch.tensor(hi)) > 0).sum()) == k_max  # still global
         assert M.sigma_for_kernel(3, k_max, floor=floor) == lo
     assert 2 * M.floor_half_taps(251, 0.125) + 1 == 31  # ArrowHead's shortest kernel
+    assert 2 * M.floor_half_taps(427, 1 / 16) + 1 == 27  # 26.7 taps asked: 27
+    assert 2 * M.floor_half_taps(1459, 0.125) + 1 == 183  # 182.4 taps asked: 183
     assert M.floor_half_taps(31, 0.125) == 1  # axes of up to 32 samples keep 3 taps
 
 
@@ -232,9 +234,9 @@ def test_clamp_masks_holds_kernels_at_the_floor():
         assert {b.kernel_size for b in model.plan().blocks} == {(taps,)}
 
 
-def test_a_kernel_floor_outside_0_to_1_is_refused():
-    for bad in (-0.1, 1.5):
-        with pytest.raises(ValueError, match=r"kernel_floor must be in \[0, 1\]"):
+def test_a_kernel_floor_outside_0_to_half_is_refused():
+    for bad in (-0.1, 0.6):
+        with pytest.raises(ValueError, match=r"kernel_floor must be in \[0, 0.5\]"):
             tiny_config(kernel_floor=bad)
 
 

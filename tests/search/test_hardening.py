@@ -162,6 +162,31 @@ def test_reachable_costs_are_those_of_the_masks_extreme_networks():
     assert low < 0.05 * base_cost(full)
 
 
+def test_the_kernel_floor_is_the_cheapest_reachable_kernel():
+    """With K learned alone the cheapest network is the base at its shortest kernels: 3 taps
+    without a floor, 19 of 149 at 1/8; the dearest is the base either way."""
+    import torch
+
+    from dnarch_deploy import DNArch, ModelConfig, base_cost, describe
+    from dnarch_deploy.cost import architecture_cost, cost_range
+
+    lows = []
+    for floor, taps in ((0.0, 3), (0.125, 19)):
+        config = ModelConfig(in_channels=1, out_channels=2, input_size=(150,), learn="K",
+                             kernel_floor=floor)
+        low, high = cost_range(config)
+        shortest = DNArch(config)
+        with torch.no_grad():
+            shortest.mask_sigma.fill_(-1.0)
+        shortest.clamp_masks_()
+        arch = describe(shortest)
+        assert {tuple(b.kernel_size) for b in arch.blocks} == {(taps,)}
+        assert low == pytest.approx(architecture_cost(arch), rel=1e-12)
+        assert high == pytest.approx(base_cost(config), rel=1e-12)
+        lows.append(low)
+    assert lows[0] < lows[1]
+
+
 def test_no_validation_samples_is_refused_before_training(capsys, tmp_path):
     data = save_npz(tmp_path / "data.npz", [0, 1, 2, 3])  # one sample per class
     out = tmp_path / "run"
