@@ -2,7 +2,7 @@
 
 For each bundled UCR/UEA set and each seed, on the same split (the task's train/val/test):
 - the default search, `python -m search.run --task T --seed S`, no tuning flag (DNArch(K,R,W,D));
-- the base CCNN with the same recipe (`--learn none`; UCR/UEA sets);
+- the base CCNN with the same recipe (`--learn none`; UCR/UEA sets, bundled or not);
 - MiniRocket + a ridge classifier (sktime's transformer, fitted on train + val: no selection
   needed), timed here;
 - a plain 1-D CNN, the FCN of Wang et al. (2017), trained here on train + val (:func:`fcn`);
@@ -63,7 +63,7 @@ def plan_runs(out: Path, tasks: list[str], seeds: int, variants: list[str],
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", task).strip("-")
         for seed in range(seeds):
             for variant in variants:
-                if variant == "base" and task not in UCR:  # the 2-D sets' peer is LeNet
+                if variant == "base" and not task.startswith("ucr:"):  # images: LeNet stands in
                     continue
                 learn = VARIANTS[variant]
                 flags = ["--task", task, "--seed", str(seed), *extra]
