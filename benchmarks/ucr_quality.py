@@ -1,6 +1,7 @@
 """Default search quality on every bundled set, against the tools a user would otherwise pick.
 
-For each bundled UCR/UEA set and each seed, on the same split (the task's train/val/test):
+For each UCR/UEA set (by default the bundled ones) and each seed, on the same split (the task's
+train/val/test):
 - the default search, `python -m search.run --task T --seed S`, no tuning flag (DNArch(K,R,W,D));
 - the base CCNN with the same recipe (`--learn none`; UCR/UEA sets, bundled or not);
 - MiniRocket + a ridge classifier (sktime's transformer, fitted on train + val: no selection

@@ -98,6 +98,17 @@ def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
     assert "| ucr:GunPoint | base | 1 | 0.500 | 4 | – |" in rows  # a run with no training round
 
 
+def test_every_ucr_set_gets_its_base_and_the_images_do_not(tmp_path):
+    """The base CCNN runs beside the search on any UCR/UEA set, bundled in the task table or
+    not (ucr:UnitTest, sktime's other classification set); the images have the LeNet instead."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import ucr_quality as U
+
+    runs = U.plan_runs(tmp_path, ["ucr:UnitTest", "digits"], 1, ["search", "base"], [])
+    assert [(r.key, r.variant) for r in runs] == [
+        ("ucr:UnitTest", "search"), ("ucr:UnitTest", "base"), ("digits", "search")]
+
+
 def test_the_report_counts_a_lead_inside_one_std_as_a_tie(tmp_path, monkeypatch):
     """'Ahead on N' counts the means; a lead counts as clear only beyond the larger std."""
     import argparse

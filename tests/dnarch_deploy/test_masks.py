@@ -208,8 +208,8 @@ def test_clamp_masks_restores_the_ranges_after_a_wild_update():
 
 @pytest.mark.parametrize("floor", [0.125, 0.3, 0.5])
 def test_the_kernel_floor_is_that_share_of_the_longest_kernel(floor):
-    """At sigma_min the support holds floor x k_max taps rounded down to an odd count (3 at
-    least, k_max at most); the initial kernel's sigma is never under it."""
+    """At sigma_min the support holds 2 floor(floor x k_max / 2) + 1 taps (3 at least, k_max at
+    most); the initial kernel's sigma is never under it."""
     for k_max in range(3, 1600, 2):
         lo, hi = M.gaussian_sigma_range(k_max, floor=floor)
         step = 2.0 / (k_max - 1)
