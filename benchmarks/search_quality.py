@@ -164,7 +164,8 @@ def lowest_resolution(summary: dict) -> float:
 
 
 def describe_arch(run_dir: Path) -> str:
-    """One line: depth, stream width, and per block kernel size, resolution, widths."""
+    """One line: what the masks learned (R may be left out: search.train.learned), depth, stream
+    width, and per block kernel size, resolution, widths."""
     a = json.loads((run_dir / "architecture.json").read_text())
 
     def axes(v: list[int]) -> str:
@@ -173,7 +174,8 @@ def describe_arch(run_dir: Path) -> str:
     blocks = "; ".join(
         f"K {axes(b['kernel_size'])}, R {axes(b['resolution'])}, "
         f"{b['n_in']}/{b['n_mid']}/{b['n_out']}" for b in a["blocks"])
-    return (f"depth {a['depth']} of {a['max_depth']}, stream {a['stream_width']} of "
+    return (f"learns {a['learn']}, depth {a['depth']} of {a['max_depth']}, stream "
+            f"{a['stream_width']} of "
             f"{a['max_width']} (input {axes(a['input_size'])}): {blocks}")
 
 

@@ -61,6 +61,7 @@ MODEL_FIELDS_BEFORE = {
 # compares every flag, so a missing one would read as a changed one).
 TRAIN_FIELDS_BEFORE = {"pool": MODEL_FIELDS_BEFORE["pool"], "label_smoothing": 0.0,
                        "crop_min_length": 0,  # R was learned on every input
+                       "crop_min_budget": 0.0,  # and at every budget
                        "jitter": 0.0, "mixup": 0.0, "block_norm": "input",
                        "kernel_floor": MODEL_FIELDS_BEFORE["kernel_floor"]}
 SUMMARY_KEYS = (

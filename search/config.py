@@ -112,6 +112,13 @@ class SearchConfig:
     crop_min_length: int = _f(9, "R is learned only on inputs with an axis of at least this many "
                               "samples; on shorter ones every block runs at full resolution "
                               "(0: always)")
+    # MACs price a crop's resampling MatMuls like the convolution taps they replace, but
+    # onnxruntime runs them several times faster per MAC: under a MAC budget below the base's
+    # cost, networks that crop ran at 0.12-0.37 of the base's time at budgets 0.25 and 0.5;
+    # without R, MACs and time move together (README, "No resolution under a MAC budget").
+    crop_min_budget: float = _f(1.0, "with --cost macs, R is learned only at budgets of at least "
+                                "this (a multiple of the base's cost); below it every block runs "
+                                "at full resolution (0: at every budget)")
     # --- the base network CCNN_{D,H} and the budget
     depth: int = _model("depth", "D: blocks of the base network (the search may use up to 2D)")
     width: int = _model("width", "H: channels of the base network (the search may use up to 2H)")
@@ -266,6 +273,8 @@ class SearchConfig:
              f"got {self.budget_ramp}"),
             (self.crop_min_length >= 0, f"--crop-min-length must be >= 0 (0: always), "
              f"got {self.crop_min_length}"),
+            (self.crop_min_budget >= 0, f"--crop-min-budget must be >= 0 (0: at every budget), "
+             f"got {self.crop_min_budget}"),
             (self.max_params >= 0, f"--max-params must be >= 0 (0: no limit), "
              f"got {self.max_params}"),
             (self.cost in ("macs", "latency"), f"--cost must be macs or latency, "

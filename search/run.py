@@ -106,13 +106,12 @@ def note_learned(cfg: SearchConfig, task) -> None:
     """Say so when the model learns less than --learn asks (search.train.learned)."""
     from dnarch_deploy.model import canonical_learn
 
-    from .train import learned
+    from .train import learned, no_resolution
 
     learn = learned(cfg, task)
     if learn != canonical_learn(cfg.learn):
-        print(f"note: the resolution is not learned (--learn {learn}): every axis of the "
-              f"{'x'.join(map(str, task.spatial))} input is shorter than --crop-min-length "
-              f"{cfg.crop_min_length}", file=sys.stderr)
+        print(f"note: the resolution is not learned (--learn {learn}): "
+              f"{no_resolution(cfg, task)}", file=sys.stderr)
 
 
 def unreachable_budget(cfg: SearchConfig, mcfg, budget: float) -> str | None:

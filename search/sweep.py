@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from dnarch_deploy import rundir
@@ -196,12 +196,13 @@ def reachable_defaults(cfg: SweepConfig, search_flags: list[str], budgets: list[
                             "search flags", parse_args)
     try:
         task = load_task(cfg.task, seed=0, **search.task_options())
-        mcfg = model_config(search, task)
+        # per budget: below --crop-min-budget the search space has no R (search.train.learned)
+        why = {b: unreachable_budget(search, model_config(replace(search, budget=b), task), b)
+               for b in budgets}
     except TaskError as e:
         raise UsageError(f"--task {cfg.task}: {e}") from None
     except ValueError:  # a network over the limits: check_task says so, per model
         return budgets
-    why = {b: unreachable_budget(search, mcfg, b) for b in budgets}
     kept = [b for b in budgets if not why[b]]
     dropped = [b for b in budgets if why[b]]
     if not kept:

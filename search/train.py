@@ -136,16 +136,27 @@ def model_config(cfg: SearchConfig, task) -> ModelConfig:
 
 
 def learned(cfg: SearchConfig, task) -> str:
-    """--learn as the model learns it: without R on inputs whose every axis is shorter than
-    --crop-min-length. A ValueError when nothing is left."""
+    """--learn as the model learns it: without R where ``no_resolution`` says why. A ValueError
+    when nothing is left."""
     learn = canonical_learn(cfg.learn)
-    if "R" not in learn or max(task.spatial) >= cfg.crop_min_length:
+    why = no_resolution(cfg, task)
+    if "R" not in learn or why is None:
         return learn
     if learn == "R":
-        raise ValueError(f"--learn R: every axis of the input ({'x'.join(map(str, task.spatial))})"
-                         f" is shorter than --crop-min-length {cfg.crop_min_length}, so the "
-                         f"resolution is not learned and nothing is left to search")
+        raise ValueError(f"--learn R: {why}, so the resolution is not learned and nothing is "
+                         f"left to search")
     return learn.replace("R", "")
+
+
+def no_resolution(cfg: SearchConfig, task) -> str | None:
+    """Why the resolution is not learned on this task at this budget; None where it is."""
+    if max(task.spatial) < cfg.crop_min_length:
+        return (f"every axis of the input ({'x'.join(map(str, task.spatial))}) is shorter than "
+                f"--crop-min-length {cfg.crop_min_length}")
+    if cfg.cost == "macs" and cfg.budget < cfg.crop_min_budget:
+        return (f"--budget {cfg.budget:g} is under --crop-min-budget {cfg.crop_min_budget:g}, "
+                f"where MACs underprice a crop's resampling (--cost latency prices it)")
+    return None
 
 
 # --input-norm auto standardises each sample when, in some input channel, the 90th percentile of

@@ -82,7 +82,8 @@ def test_report_only_tables_and_targets(tmp_path: Path):
                                    ("search-b0.5-s0", [short], [])):
         (runs / name).mkdir(parents=True)
         (runs / name / "architecture.json").write_text(json.dumps({
-            "depth": len(blocks), "max_depth": 8, "stream_width": 20, "max_width": 64,
+            "learn": "KRWD", "depth": len(blocks), "max_depth": 8, "stream_width": 20,
+            "max_width": 64,
             "input_size": [150], "blocks": blocks}))
         (runs / name / "summary.json").write_text(json.dumps({"restarts": restarts}))
     (runs / "search-b0.25-s1").mkdir()
@@ -159,10 +160,12 @@ def test_report_only_tables_and_targets(tmp_path: Path):
     # table 6: each searched network's architecture and restart, "–" where its run dir is gone
     archs = text[text.index("## Architectures found"):]
     assert cells(archs, "| ucr:GunPoint | 0.25 | 0 |")[3:] == [
-        "0.850", "yes", "depth 2 of 8, stream 20 of 64 (input 150): K 41, R 150, 20/24/20; "
+        "0.850", "yes", "learns KRWD, depth 2 of 8, stream 20 of 64 (input 150): K 41, R 150, "
+        "20/24/20; "
         "K 3, R 120, 20/9/20"]
     assert cells(archs, "| ucr:GunPoint | 0.5 | 0 |")[3:] == [
-        "0.930", "no", "depth 1 of 8, stream 20 of 64 (input 150): K 3, R 120, 20/9/20"]
+        "0.930", "no", "learns KRWD, depth 1 of 8, stream 20 of 64 (input 150): K 3, R 120, "
+        "20/9/20"]
     assert cells(archs, "| ucr:GunPoint | 0.25 | 1 |")[3:] == ["0.870", "–", "–"]  # damaged
     assert cells(archs, "| ucr:GunPoint | 1 | 1 |")[3:] == ["0.950", "–", "–"]  # gone
     assert len([ln for ln in archs.splitlines() if ln.startswith("| ucr:GunPoint |")]) == 6

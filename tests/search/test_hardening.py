@@ -105,15 +105,17 @@ def test_flags_out_of_range_are_refused_before_any_work(capsys, tmp_path, args, 
     assert not out.exists()
 
 
-@pytest.mark.parametrize("learn, budget", [("KRWD", "0.001"), ("KRWD", "100"), ("K", "1.5")])
+@pytest.mark.parametrize("learn, budget, space", [("KRWD", "0.001", "KWD"),
+                                                  ("KRWD", "100", "KRWD"), ("K", "1.5", "K")])
 def test_a_budget_outside_the_search_space_is_refused_with_the_range(capsys, tmp_path, learn,
-                                                                      budget):
-    """No network the masks can reach costs that much: the message gives the reachable range
-    (--learn K cannot grow past the base: its kernels start global)."""
+                                                                      budget, space):
+    """No network the masks can reach costs that much: the message gives the reachable range of
+    the space searched at that budget (--learn K cannot grow past the base: its kernels start
+    global; under a MAC budget below --crop-min-budget, R is not learned)."""
     out = tmp_path / "run"
     code, err = search(capsys, *FAST, "--learn", learn, "--budget", budget, "--out", out)
     assert code == 2
-    one_message(err, f"--budget {budget}", f"--learn {learn}", "budgets from", "reachable")
+    one_message(err, f"--budget {budget}", f"--learn {space} ", "budgets from", "reachable")
     assert not out.exists()
 
 

@@ -50,3 +50,28 @@ def test_a_run_from_before_jitter_reads_as_trained_without_it(tiny_run, tmp_path
     (old / R.CONFIG).write_text(json.dumps(config))
     assert saved_differences(job(old, "--jitter", "0")) == []
     assert saved_differences(job(old)) == ["jitter: saved 0.0, wanted None"]
+
+
+def test_a_run_from_before_crop_min_budget_reads_as_learning_r_at_every_budget(tiny_run, tmp_path):
+    """Before --crop-min-budget, a budgeted search learned R at every budget: where the default
+    (1: no R under a MAC budget below the base's) would not, it is the job of
+    --crop-min-budget 0 only; where both learn the same, of either."""
+    old = tmp_path / "old"
+    shutil.copytree(tiny_run, old)
+    config = json.loads((old / R.CONFIG).read_text())
+    del config["train"]["crop_min_budget"]
+    (old / R.CONFIG).write_text(json.dumps(config))
+    assert saved_differences(job(old, "--crop-min-budget", "0")) == []
+    # at budget 1 both values learn R: the same run
+    assert saved_differences(job(old)) == []
+    # at 0.5 it learned R, which the default no longer does
+    config["train"]["budget"] = 0.5
+    (old / R.CONFIG).write_text(json.dumps(config))
+    assert saved_differences(job(old, "--budget", "0.5", "--crop-min-budget", "0")) == []
+    assert saved_differences(job(old, "--budget", "0.5")) == [
+        "crop_min_budget: saved 0.0, wanted 1.0"]
+    # one that learned no R (here: the input is short) is the job of either value
+    config["model"]["learn"] = "KWD"
+    config["model"]["input_size"] = [8]
+    (old / R.CONFIG).write_text(json.dumps(config))
+    assert saved_differences(job(old, "--budget", "0.5")) == []

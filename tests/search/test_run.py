@@ -228,6 +228,8 @@ def test_bad_input_gives_one_clear_message(tmp_path, capsys, main_here):
         (["--block-norm", "after"], "--block-norm must be one of input, mix, got 'after'"),
         (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1), got 1.0"),
         (["--crop-min-length", "-1"], "--crop-min-length must be >= 0"),
+        (["--crop-min-budget", "-1"], "--crop-min-budget must be >= 0 (0: at every budget), "
+                                      "got -1.0"),
         (["--omega-0", "-1"], "--omega-0 must be >= 0 (0: automatic), got -1.0"),
         (["--mixup", "-0.2"], "--mixup must be >= 0 (0: off), got -0.2"),
         (["--jitter", "-0.1"], "--jitter must be >= 0 (0: off), got -0.1"),
@@ -670,6 +672,46 @@ def test_the_resolution_is_learned_only_on_inputs_with_a_long_enough_axis(size, 
     assert learned(cfg, task) == expected
 
 
+@pytest.mark.parametrize(("budget", "cost", "minimum", "expected"), [
+    (0.25, "macs", 1.0, "KWD"),  # under a MAC budget below the base's: no R
+    (0.999, "macs", 1.0, "KWD"),
+    (1.0, "macs", 1.0, "KRWD"),  # at least --crop-min-budget: learned
+    (2.0, "macs", 1.0, "KRWD"),
+    (0.25, "macs", 0.0, "KRWD"),  # 0: at every budget
+    (0.5, "macs", 0.5, "KRWD"),
+    (0.25, "latency", 1.0, "KRWD"),  # the latency table prices the resampling at its speed
+])
+def test_the_resolution_is_learned_under_a_mac_budget_only_from_crop_min_budget(
+        budget, cost, minimum, expected):
+    task = SimpleNamespace(spatial=(150,))
+    cfg = SearchConfig(budget=budget, cost=cost, crop_min_budget=minimum)
+    assert learned(cfg, task) == expected
+
+
+def test_learning_only_r_under_a_small_mac_budget_is_refused_before_any_work(tmp_path):
+    out = tmp_path / "never"
+    proc = run_search("--task", "ucr:GunPoint", "--learn", "R", "--budget", "0.5", "--out",
+                      str(out), check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "error: task ucr:GunPoint: --learn R: --budget 0.5 is under --crop-min-budget 1, where "
+        "MACs underprice a crop's resampling (--cost latency prices it), so the resolution is "
+        "not learned and nothing is left to search")
+    assert not out.exists()
+
+
+def test_a_budgeted_search_without_r_says_so_and_keeps_every_block_at_full_resolution(
+        tmp_path):
+    out = tmp_path / "budget"
+    proc = run_search("--task", "ucr:GunPoint", "--depth", "1", "--width", "4", "--steps", "4",
+                      "--budget", "0.5", "--out", str(out))
+    assert ("note: the resolution is not learned (--learn KWD): --budget 0.5 is under "
+            "--crop-min-budget 1") in proc.stderr
+    config = R.read_config(out)
+    assert config["train"]["learn"] == "KRWD" and config["model"]["learn"] == "KWD"
+    assert all(list(b.resolution) == [150] for b in R.read_architecture(out).blocks)
+
+
 def test_learning_only_r_on_a_short_input_is_refused():
     task = SimpleNamespace(spatial=(8, 8))
     with pytest.raises(ValueError, match=r"--learn R: every axis of the input \(8x8\) is shorter "
@@ -691,8 +733,8 @@ def test_digits_searches_without_r_and_says_so(tmp_path):
     out = tmp_path / "digits"
     proc = run_search("--task", "digits", "--depth", "1", "--width", "4", "--steps", "4",
                       "--eval-batch-size", "64", "--out", str(out))
-    assert ("note: the resolution is not learned (--learn KWD): every axis of the 8x8 input is "
-            "shorter than --crop-min-length 9") in proc.stderr
+    assert ("note: the resolution is not learned (--learn KWD): every axis of the input (8x8) "
+            "is shorter than --crop-min-length 9") in proc.stderr
     config = R.read_config(out)
     assert config["train"]["learn"] == "KRWD" and config["model"]["learn"] == "KWD"
     assert R.read_summary(out)["learn"] == "KWD"
