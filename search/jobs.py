@@ -25,9 +25,10 @@ from .config import parse_args
 ROOT = Path(__file__).resolve().parent.parent  # the code the processes load
 # flags that may differ between a saved run and the job without changing what it computed
 IGNORED = {"out", "resume", "device", "eval_batch_size", "amp"}
-# flags that only decide whether R is learned: they agree when the run learned what they give
-# (a base run, or one from before --crop-min-budget at budget 1, is the job of either value)
-R_RULES = {"crop_min_length", "crop_min_budget"}
+# flags that only decide what the masks learn: they agree when the run learned what they give
+# (a base run, or one from before --crop-min-budget at budget 1, is the job of either value;
+# '--learn KWD --budget 0.5' is the job of '--learn KRWD --budget 0.5')
+LEARN_RULES = {"learn", "crop_min_length", "crop_min_budget"}
 
 
 class JobError(RuntimeError):
@@ -70,8 +71,8 @@ def saved_differences(run: Run) -> list[str]:
     if any(wanted[k] is None for k in differ):
         resolved = _resolved(cfg)
         differ = [k for k in differ if wanted[k] is not None or resolved.get(k) != effect.get(k)]
-    if set(differ) & R_RULES and _learns_as_saved(cfg, config["model"]):
-        differ = [k for k in differ if k not in R_RULES]
+    if set(differ) & LEARN_RULES and _learns_as_saved(cfg, config["model"]):
+        differ = [k for k in differ if k not in LEARN_RULES]
     return [f"{k}: saved {saved.get(k)!r}, wanted {wanted[k]!r}" for k in differ]
 
 

@@ -70,8 +70,13 @@ def test_a_run_from_before_crop_min_budget_reads_as_learning_r_at_every_budget(t
     assert saved_differences(job(old, "--budget", "0.5", "--crop-min-budget", "0")) == []
     assert saved_differences(job(old, "--budget", "0.5")) == [
         "crop_min_budget: saved 0.0, wanted 1.0"]
-    # one that learned no R (here: the input is short) is the job of either value
-    config["model"]["learn"] = "KWD"
-    config["model"]["input_size"] = [8]
+    # '--learn KWD' at 0.5 computed what the default asks for there; at 1 it did not
+    config["train"]["learn"] = config["model"]["learn"] = "KWD"
     (old / R.CONFIG).write_text(json.dumps(config))
     assert saved_differences(job(old, "--budget", "0.5")) == []
+    assert saved_differences(job(old, "--budget", "0.5", "--crop-min-budget", "0")) == [
+        "learn: saved 'KWD', wanted 'KRWD'"]
+    # on an input too short for R, that run is the job of either value
+    config["model"]["input_size"] = [8]
+    (old / R.CONFIG).write_text(json.dumps(config))
+    assert saved_differences(job(old, "--budget", "0.5", "--crop-min-budget", "0")) == []
