@@ -330,11 +330,16 @@ def architectures_table(out: Path, sweeps: dict[str, dict]) -> list[str]:
     """Table 6: each searched network with its test metric, whether its run restarted (the stall
     check) and the architecture it found, from the run directory, so that kernels at the 3-tap
     minimum or a restart can be read beside the metric. "–" where a file is gone or damaged."""
-    lines = ["| task | budget | seed | test metric | restarted | architecture |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| task | budget | seed | test metric | ms / base (B=1 / large batch) | restarted "
+             "| architecture |",
+             "|---|---|---|---|---|---|---|"]
     for task, pareto in sweeps.items():
         found = [r for r in pareto["rows"] if r["kind"] == "search"]
+        base = full_base(pareto)
         for r in sorted(found, key=lambda r: (r["budget"], r["seed"])):
+            own = base.get(r["seed"])  # the seed's own base: the ratios of table 1, one by one
+            ratio = " / ".join(f"{r['ms'][b] / own['ms'][b]:.3f}" for b in sorted(r["ms"], key=int)
+                               ) if own else "–"
             run_dir = out / slug(task) / r["run_dir"]
             try:
                 arch = describe_arch(run_dir)
@@ -346,7 +351,7 @@ def architectures_table(out: Path, sweeps: dict[str, dict]) -> list[str]:
             except RunError:
                 restarted = "–"
             lines.append(f"| {task} | {r['budget']:g} | {r['seed']} | {r['test_metric']:.3f} | "
-                         f"{restarted} | {arch} |")
+                         f"{ratio} | {restarted} | {arch} |")
     return lines
 
 
@@ -510,7 +515,8 @@ def report(args, sweeps: dict[str, dict | str], invocations: list[dict]) -> str:
         "",
         "## Architectures found",
         "",
-        "Each searched network: what its masks learned, depth and stream width, then per block "
+        "Each searched network: its measured time over its seed's base network's, what its masks "
+        "learned, depth and stream width, then per block "
         "its kernel size K and "
         "resolution R per axis and its widths n_in/n_mid/n_out (the run's architecture.json); "
         "*restarted*: the run's stall check started it again (summary.json's restarts).",

@@ -97,6 +97,12 @@ def _model(name: str, help: str) -> Any:
     return _f(_MODEL_DEFAULTS[name], help)
 
 
+# flags that only choose what the masks learn (search.train.learned): a saved run agrees with any
+# values of them that learn what it learned ('--learn KWD --budget 0.5' is the run of
+# '--learn KRWD --budget 0.5'; a base run, of any; search.train.learns_as_saved)
+LEARN_FLAGS = frozenset({"learn", "crop_min_length", "crop_min_budget"})
+
+
 @dataclass
 class SearchConfig:
     # --- what to learn and on what
@@ -114,7 +120,7 @@ class SearchConfig:
                               "(0: always)")
     # MACs price a crop's resampling MatMuls like the convolution taps they replace, but
     # onnxruntime runs them several times faster per MAC: under a MAC budget below the base's
-    # cost, networks that crop ran at 0.12-0.37 of the base's time at budgets 0.25 and 0.5;
+    # cost, networks that crop ran at 0.13-0.36 of the base's time at budgets 0.25 and 0.5;
     # without R, MACs and time move together (README, "No resolution under a MAC budget").
     crop_min_budget: float = _f(1.0, "with --cost macs, R is learned only at budgets of at least "
                                 "this (a multiple of the base's cost); below it every block runs "

@@ -20,15 +20,11 @@ from pathlib import Path
 
 from dnarch_deploy import rundir as R
 
-from .config import parse_args
+from .config import LEARN_FLAGS, parse_args
 
 ROOT = Path(__file__).resolve().parent.parent  # the code the processes load
 # flags that may differ between a saved run and the job without changing what it computed
 IGNORED = {"out", "resume", "device", "eval_batch_size", "amp"}
-# flags that only decide what the masks learn: they agree when the run learned what they give
-# (a base run, or one from before --crop-min-budget at budget 1, is the job of either value;
-# '--learn KWD --budget 0.5' is the job of '--learn KRWD --budget 0.5')
-LEARN_RULES = {"learn", "crop_min_length", "crop_min_budget"}
 
 
 class JobError(RuntimeError):
@@ -71,22 +67,15 @@ def saved_differences(run: Run) -> list[str]:
     if any(wanted[k] is None for k in differ):
         resolved = _resolved(cfg)
         differ = [k for k in differ if wanted[k] is not None or resolved.get(k) != effect.get(k)]
-    if set(differ) & LEARN_RULES and _learns_as_saved(cfg, config["model"]):
-        differ = [k for k in differ if k not in LEARN_RULES]
+    if set(differ) & LEARN_FLAGS and _learns_as_saved(cfg, config["model"]):
+        differ = [k for k in differ if k not in LEARN_FLAGS]
     return [f"{k}: saved {saved.get(k)!r}, wanted {wanted[k]!r}" for k in differ]
 
 
 def _learns_as_saved(cfg, model: dict) -> bool:
-    """Whether ``cfg`` learns what the saved run's model learned (``search.train.learned``, from
-    the input size the run recorded)."""
-    from types import SimpleNamespace
+    from .train import learns_as_saved  # torch: only when a flag of LEARN_FLAGS differs
 
-    from .train import learned
-
-    try:
-        return learned(cfg, SimpleNamespace(spatial=tuple(model["input_size"]))) == model["learn"]
-    except ValueError:
-        return False
+    return learns_as_saved(cfg, model)
 
 
 def _resolved(cfg) -> dict[str, float]:

@@ -10,6 +10,7 @@ RUN_DIR it made; a run killed before then (SIGKILL) is started again by ``--resu
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -23,7 +24,7 @@ from dnarch_deploy import rundir as R
 from dnarch_deploy.io import current_umask, process_alive
 
 from . import checkpoint, distributed
-from .config import SearchConfig, parse_args
+from .config import LEARN_FLAGS, SearchConfig, parse_args
 from .records import write_json
 
 # flags that may differ on --resume (they do not change what is computed, or extend it)
@@ -62,12 +63,19 @@ def prepare_run_dir(cfg: SearchConfig, given: set[str]) -> tuple[Path, SearchCon
         # a flag agrees when it equals the saved flag or the value the run trained with
         # ('--label-smoothing 0.1' where it was left out and resolved to 0.1)
         effect = R.trained_with(saved)
-        conflicts = [f"{_flag(k)} (saved {getattr(saved_cfg, k)!r}, given {getattr(cfg, k)!r})"
-                     for k in sorted(given - RESUMABLE)
+        conflicts = [k for k in sorted(given - RESUMABLE)
                      if getattr(cfg, k) not in (getattr(saved_cfg, k), effect[k])]
+        if set(conflicts) & LEARN_FLAGS:
+            from .train import learns_as_saved
+
+            typed = dataclasses.replace(saved_cfg, **{k: getattr(cfg, k) for k in given})
+            if learns_as_saved(typed, saved["model"]):
+                conflicts = [k for k in conflicts if k not in LEARN_FLAGS]
         if conflicts:
             raise UsageError(f"--resume continues {run_dir} with its saved configuration; these "
-                             f"flags contradict it: {', '.join(conflicts)}")
+                             f"flags contradict it: " + ", ".join(
+                                 f"{_flag(k)} (saved {getattr(saved_cfg, k)!r}, given "
+                                 f"{getattr(cfg, k)!r})" for k in conflicts))
         if given & set(LENGTH):
             saved_cfg.steps = saved_cfg.epochs = 0
         for k in RESUMABLE - {"resume"}:
@@ -91,7 +99,7 @@ def check_task(cfg: SearchConfig, task) -> None:
         if n == 0:
             raise UsageError(f"task {task.name}: the {part} split has no samples")
     try:
-        learned(cfg, task)
+        learned(cfg, task.spatial)
     except ValueError as e:
         raise UsageError(f"task {task.name}: {e}") from None
     try:
@@ -108,10 +116,10 @@ def note_learned(cfg: SearchConfig, task) -> None:
 
     from .train import learned, no_resolution
 
-    learn = learned(cfg, task)
-    if learn != canonical_learn(cfg.learn):
-        print(f"note: the resolution is not learned (--learn {learn}): "
-              f"{no_resolution(cfg, task)}", file=sys.stderr)
+    why = no_resolution(cfg, task.spatial)
+    if why and "R" in canonical_learn(cfg.learn):
+        print(f"note: the resolution is not learned (--learn {learned(cfg, task.spatial)}): "
+              f"{why}", file=sys.stderr)
 
 
 def unreachable_budget(cfg: SearchConfig, mcfg, budget: float) -> str | None:

@@ -190,19 +190,26 @@ def reachable_defaults(cfg: SweepConfig, search_flags: list[str], budgets: list[
     from .config import parse_args
     from .run import unreachable_budget
     from .tasks import TaskError, load_task
-    from .train import model_config
+    from .train import learned, model_config
 
     search = _search_config(["--task", cfg.task, *search_flags, "--learn", cfg.learn],
                             "search flags", parse_args)
     try:
         task = load_task(cfg.task, seed=0, **search.task_options())
-        # per budget: below --crop-min-budget the search space has no R (search.train.learned)
-        why = {b: unreachable_budget(search, model_config(replace(search, budget=b), task), b)
-               for b in budgets}
     except TaskError as e:
         raise UsageError(f"--task {cfg.task}: {e}") from None
-    except ValueError:  # a network over the limits: check_task says so, per model
-        return budgets
+    why = {}
+    for b in budgets:  # per budget: below --crop-min-budget the search space has no R
+        at = replace(search, budget=b)
+        try:
+            learned(at, task.spatial)
+        except ValueError as e:  # --learn R where R is not learned: nothing to search
+            why[b] = str(e)
+            continue
+        try:
+            why[b] = unreachable_budget(at, model_config(at, task), b)
+        except ValueError:  # a network over the limits: check_task says so, per model
+            return budgets
     kept = [b for b in budgets if not why[b]]
     dropped = [b for b in budgets if why[b]]
     if not kept:

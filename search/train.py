@@ -131,15 +131,15 @@ def model_config(cfg: SearchConfig, task) -> ModelConfig:
     )
     flags = {f.name for f in fields(SearchConfig)} - from_task.keys()
     shared = {f.name: getattr(cfg, f.name) for f in fields(ModelConfig) if f.name in flags}
-    shared["learn"] = learned(cfg, task)
+    shared["learn"] = learned(cfg, task.spatial)
     return ModelConfig(**shared, **from_task)
 
 
-def learned(cfg: SearchConfig, task) -> str:
-    """--learn as the model learns it: without R where ``no_resolution`` says why. A ValueError
-    when nothing is left."""
+def learned(cfg: SearchConfig, spatial: tuple[int, ...]) -> str:
+    """--learn as the model learns it on an input of size ``spatial``: without R where
+    ``no_resolution`` says why. A ValueError when nothing is left."""
     learn = canonical_learn(cfg.learn)
-    why = no_resolution(cfg, task)
+    why = no_resolution(cfg, spatial)
     if "R" not in learn or why is None:
         return learn
     if learn == "R":
@@ -148,15 +148,26 @@ def learned(cfg: SearchConfig, task) -> str:
     return learn.replace("R", "")
 
 
-def no_resolution(cfg: SearchConfig, task) -> str | None:
-    """Why the resolution is not learned on this task at this budget; None where it is."""
-    if max(task.spatial) < cfg.crop_min_length:
-        return (f"every axis of the input ({'x'.join(map(str, task.spatial))}) is shorter than "
+def no_resolution(cfg: SearchConfig, spatial: tuple[int, ...]) -> str | None:
+    """Why the resolution is not learned on an input of size ``spatial`` at this budget; None
+    where it is. With --lam 0 nothing holds the search to its budget, so it keeps R."""
+    if max(spatial) < cfg.crop_min_length:
+        return (f"every axis of the input ({'x'.join(map(str, spatial))}) is shorter than "
                 f"--crop-min-length {cfg.crop_min_length}")
-    if cfg.cost == "macs" and cfg.budget < cfg.crop_min_budget:
+    if cfg.cost == "macs" and cfg.lam > 0 and cfg.budget < cfg.crop_min_budget:
         return (f"--budget {cfg.budget:g} is under --crop-min-budget {cfg.crop_min_budget:g}, "
                 f"where MACs underprice a crop's resampling (--cost latency prices it)")
     return None
+
+
+def learns_as_saved(cfg: SearchConfig, model: dict) -> bool:
+    """Whether ``cfg`` learns what a saved run's model (config.json's "model") learned, on the
+    input size that run recorded: then --learn, --crop-min-length and --crop-min-budget, which
+    only choose what is learned, agree with the run whatever their values."""
+    try:
+        return learned(cfg, tuple(model["input_size"])) == model["learn"]
+    except ValueError:
+        return False
 
 
 # --input-norm auto standardises each sample when, in some input channel, the 90th percentile of

@@ -159,17 +159,20 @@ def test_report_only_tables_and_targets(tmp_path: Path):
 
     # table 6: each searched network's architecture and restart, "–" where its run dir is gone
     archs = text[text.index("## Architectures found"):]
+    # with each network's measured time over its seed's base (the rows' ms above: 0.5 / 2.0 at
+    # B=1, 7 / 20 at B=32)
     assert cells(archs, "| ucr:GunPoint | 0.25 | 0 |")[3:] == [
-        "0.850", "yes", "learns KRWD, depth 2 of 8, stream 20 of 64 (input 150): K 41, R 150, "
-        "20/24/20; "
+        "0.850", "0.250 / 0.350", "yes",
+        "learns KRWD, depth 2 of 8, stream 20 of 64 (input 150): K 41, R 150, 20/24/20; "
         "K 3, R 120, 20/9/20"]
     assert cells(archs, "| ucr:GunPoint | 0.5 | 0 |")[3:] == [
-        "0.930", "no", "learns KRWD, depth 1 of 8, stream 20 of 64 (input 150): K 3, R 120, "
-        "20/9/20"]
-    assert cells(archs, "| ucr:GunPoint | 0.25 | 1 |")[3:] == ["0.870", "–", "–"]  # damaged
-    assert cells(archs, "| ucr:GunPoint | 1 | 1 |")[3:] == ["0.950", "–", "–"]  # gone
+        "0.930", "0.550 / 0.500", "no",
+        "learns KRWD, depth 1 of 8, stream 20 of 64 (input 150): K 3, R 120, 20/9/20"]
+    assert cells(archs, "| ucr:GunPoint | 0.25 | 1 |")[3:] == [
+        "0.870", "0.300 / 0.350", "–", "–"]  # damaged
+    assert cells(archs, "| ucr:GunPoint | 1 | 1 |")[3:] == ["0.950", "1.500 / 1.500", "–", "–"]
     assert len([ln for ln in archs.splitlines() if ln.startswith("| ucr:GunPoint |")]) == 6
-    assert cells(archs, "| digits | 0.25 | 1 |")[3:] == ["0.900", "–", "–"]
+    assert cells(archs, "| digits | 0.25 | 1 |")[3:] == ["0.900", "0.500 / 0.250", "–", "–"]
 
 
 def test_report_only_without_sweeps_writes_nothing(tmp_path: Path):

@@ -76,6 +76,9 @@ def test_a_run_from_before_crop_min_budget_reads_as_learning_r_at_every_budget(t
     assert saved_differences(job(old, "--budget", "0.5")) == []
     assert saved_differences(job(old, "--budget", "0.5", "--crop-min-budget", "0")) == [
         "learn: saved 'KWD', wanted 'KRWD'"]
+    assert saved_differences(job(old, "--budget", "1")) == [
+        "learn: saved 'KWD', wanted 'KRWD'", "crop_min_budget: saved 0.0, wanted 1.0",
+        "budget: saved 0.5, wanted 1.0"]
     # on an input too short for R, that run is the job of either value
     config["model"]["input_size"] = [8]
     (old / R.CONFIG).write_text(json.dumps(config))

@@ -280,6 +280,28 @@ def test_resume_rejects_contradicting_flags(tiny_run, tmp_path):
     assert proc.returncode == 2 and "--lr" in proc.stderr
 
 
+def test_resume_accepts_learn_flags_that_learn_what_the_run_learned(tiny_run, tmp_path):
+    """A run of '--learn KWD --budget 0.5' is the run '--learn KRWD --budget 0.5' gives (no R
+    under a MAC budget below --crop-min-budget): resuming it with those flags, as a sweep's job
+    does, goes on; flags that would learn R contradict it."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_run, copy)
+    config = json.loads((copy / R.CONFIG).read_text())
+    config["train"].update(learn="KWD", budget=0.5)
+    config["model"]["learn"] = "KWD"
+    (copy / R.CONFIG).write_text(json.dumps(config))
+    for typed in (["--learn", "KRWD", "--budget", "0.5"], ["--learn", "KRWD"]):
+        agrees = run_search("--out", str(copy), "--resume", *typed, check=False)
+        assert "contradict" not in agrees.stderr and "already complete" in agrees.stderr, typed
+    proc = run_search("--out", str(copy), "--resume", "--learn", "KRWD", "--crop-min-budget",
+                      "0", check=False)
+    assert proc.returncode == 2
+    assert ("flags contradict it: --crop-min-budget (saved 1.0, given 0.0), --learn (saved "
+            "'KWD', given 'KRWD')") in proc.stderr
+
+
 def test_config_records_what_the_run_trained_with_and_resume_accepts_it(tiny_run, tmp_path):
     """--label-smoothing left out resolves per task (GunPoint: 150 samples, short); config.json
     keeps the flag as typed and, in ``in_effect``, the value used. On resume, typing that value
@@ -667,9 +689,8 @@ def test_shift_and_jitter_by_default_only_on_small_training_splits(kind, tokens,
 ])
 def test_the_resolution_is_learned_only_on_inputs_with_a_long_enough_axis(size, learn, minimum,
                                                                             expected):
-    task = SimpleNamespace(spatial=size)
     cfg = SearchConfig(learn=learn, crop_min_length=minimum)
-    assert learned(cfg, task) == expected
+    assert learned(cfg, size) == expected
 
 
 @pytest.mark.parametrize(("budget", "cost", "minimum", "expected"), [
@@ -683,9 +704,13 @@ def test_the_resolution_is_learned_only_on_inputs_with_a_long_enough_axis(size, 
 ])
 def test_the_resolution_is_learned_under_a_mac_budget_only_from_crop_min_budget(
         budget, cost, minimum, expected):
-    task = SimpleNamespace(spatial=(150,))
     cfg = SearchConfig(budget=budget, cost=cost, crop_min_budget=minimum)
-    assert learned(cfg, task) == expected
+    assert learned(cfg, (150,)) == expected
+
+
+def test_without_a_budget_term_the_resolution_is_learned_at_any_budget():
+    """--lam 0: nothing holds the search to its budget, so no MAC pricing argues against R."""
+    assert learned(SearchConfig(budget=0.25, lam=0.0), (150,)) == "KRWD"
 
 
 def test_learning_only_r_under_a_small_mac_budget_is_refused_before_any_work(tmp_path):
@@ -713,10 +738,9 @@ def test_a_budgeted_search_without_r_says_so_and_keeps_every_block_at_full_resol
 
 
 def test_learning_only_r_on_a_short_input_is_refused():
-    task = SimpleNamespace(spatial=(8, 8))
     with pytest.raises(ValueError, match=r"--learn R: every axis of the input \(8x8\) is shorter "
                                          r"than --crop-min-length 9"):
-        learned(SearchConfig(learn="R"), task)
+        learned(SearchConfig(learn="R"), (8, 8))
 
 
 def test_learning_only_r_on_digits_is_refused_before_any_work(tmp_path):

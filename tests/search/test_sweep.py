@@ -147,6 +147,18 @@ def test_default_budgets_the_search_cannot_reach_are_left_out_with_a_note(tmp_pa
     assert not (tmp_path / "given").exists()
 
 
+def test_default_budgets_where_the_search_space_has_nothing_left_are_left_out(tmp_path: Path,
+                                                                               capsys):
+    """Under --cost macs, budgets below --crop-min-budget learn no R, so a sweep of --learn R
+    keeps budget 1 alone and says why the others went (search.train.learned, per budget)."""
+    out = tmp_path / "r"
+    assert sweep.main(["--task", "ucr:GunPoint", "--learn", "R", "--emit-jobs", "--out",
+                       str(out)]) == 0
+    assert json.loads((out / "sweep.json").read_text())["budgets"] == [1.0]
+    assert ("note: default budget(s) 0.125, 0.25, 0.5 left out: --learn R: --budget 0.125 is "
+            "under --crop-min-budget 1") in capsys.readouterr().err
+
+
 # --- bad input: one line, status 2, before any run, nothing written -----------------------------
 
 TINY = ["--depth", "1", "--width", "4", "--epochs", "1"]
