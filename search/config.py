@@ -122,9 +122,9 @@ class SearchConfig:
     # onnxruntime runs them several times faster per MAC: under a MAC budget below the base's
     # cost, networks that crop ran at 0.13-0.36 of the base's time at budgets 0.25 and 0.5;
     # without R, MACs and time move together (README, "No resolution under a MAC budget").
-    crop_min_budget: float = _f(1.0, "with --cost macs, R is learned only at budgets of at least "
-                                "this (a multiple of the base's cost); below it every block runs "
-                                "at full resolution (0: at every budget)")
+    crop_min_budget: float = _f(1.0, "with --cost macs and --lam > 0, R is learned only at "
+                                "budgets of at least this (a multiple of the base's cost); below "
+                                "it every block runs at full resolution (0: at every budget)")
     # --- the base network CCNN_{D,H} and the budget
     depth: int = _model("depth", "D: blocks of the base network (the search may use up to 2D)")
     width: int = _model("width", "H: channels of the base network (the search may use up to 2H)")
