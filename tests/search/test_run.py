@@ -725,18 +725,6 @@ def test_learning_only_r_under_a_small_mac_budget_is_refused_before_any_work(tmp
     assert not out.exists()
 
 
-def test_a_budgeted_search_without_r_says_so_and_keeps_every_block_at_full_resolution(
-        tmp_path):
-    out = tmp_path / "budget"
-    proc = run_search("--task", "ucr:GunPoint", "--depth", "1", "--width", "4", "--steps", "4",
-                      "--budget", "0.5", "--out", str(out))
-    assert ("note: the resolution is not learned (--learn KWD): --budget 0.5 is under "
-            "--crop-min-budget 1") in proc.stderr
-    config = R.read_config(out)
-    assert config["train"]["learn"] == "KRWD" and config["model"]["learn"] == "KWD"
-    assert all(list(b.resolution) == [150] for b in R.read_architecture(out).blocks)
-
-
 def test_learning_only_r_on_a_short_input_is_refused():
     with pytest.raises(ValueError, match=r"--learn R: every axis of the input \(8x8\) is shorter "
                                          r"than --crop-min-length 9"):
@@ -753,13 +741,18 @@ def test_learning_only_r_on_digits_is_refused_before_any_work(tmp_path):
     assert not out.exists()
 
 
-def test_digits_searches_without_r_and_says_so(tmp_path):
-    out = tmp_path / "digits"
-    proc = run_search("--task", "digits", "--depth", "1", "--width", "4", "--steps", "4",
-                      "--eval-batch-size", "64", "--out", str(out))
-    assert ("note: the resolution is not learned (--learn KWD): every axis of the input (8x8) "
-            "is shorter than --crop-min-length 9") in proc.stderr
+@pytest.mark.parametrize(("flags", "why", "size"), [
+    (["--task", "digits", "--eval-batch-size", "64"],
+     "every axis of the input (8x8) is shorter than --crop-min-length 9", [8, 8]),
+    (["--task", "ucr:GunPoint", "--budget", "0.5"],
+     "--budget 0.5 is under --crop-min-budget 1", [150]),
+])
+def test_a_search_without_r_says_why_and_keeps_every_block_at_full_resolution(tmp_path, flags,
+                                                                             why, size):
+    out = tmp_path / "run"
+    proc = run_search(*flags, "--depth", "1", "--width", "4", "--steps", "4", "--out", str(out))
+    assert f"note: the resolution is not learned (--learn KWD): {why}" in proc.stderr
     config = R.read_config(out)
     assert config["train"]["learn"] == "KRWD" and config["model"]["learn"] == "KWD"
     assert R.read_summary(out)["learn"] == "KWD"
-    assert all(list(b.resolution) == [8, 8] for b in R.read_architecture(out).blocks)
+    assert all(list(b.resolution) == size for b in R.read_architecture(out).blocks)
