@@ -166,7 +166,7 @@ def learns_as_saved(cfg: SearchConfig, model: dict) -> bool:
     only choose what is learned, agree with the run whatever their values."""
     try:
         return learned(cfg, tuple(model["input_size"])) == model["learn"]
-    except ValueError:
+    except (ValueError, KeyError, TypeError):  # nothing learnable, or a damaged config.json
         return False
 
 
