@@ -67,15 +67,12 @@ def saved_differences(run: Run) -> list[str]:
     if any(wanted[k] is None for k in differ):
         resolved = _resolved(cfg)
         differ = [k for k in differ if wanted[k] is not None or resolved.get(k) != effect.get(k)]
-    if set(differ) & LEARN_FLAGS and _learns_as_saved(cfg, config["model"]):
-        differ = [k for k in differ if k not in LEARN_FLAGS]
+    if set(differ) & LEARN_FLAGS:
+        from .train import learns_as_saved  # torch: only when one of them differs
+
+        if learns_as_saved(cfg, config["model"]):
+            differ = [k for k in differ if k not in LEARN_FLAGS]
     return [f"{k}: saved {saved.get(k)!r}, wanted {wanted[k]!r}" for k in differ]
-
-
-def _learns_as_saved(cfg, model: dict) -> bool:
-    from .train import learns_as_saved  # torch: only when a flag of LEARN_FLAGS differs
-
-    return learns_as_saved(cfg, model)
 
 
 def _resolved(cfg) -> dict[str, float]:
