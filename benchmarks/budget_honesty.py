@@ -516,9 +516,8 @@ def report(args, sweeps: dict[str, dict | str], invocations: list[dict]) -> str:
         "## Architectures found",
         "",
         "Each searched network: its measured time over its seed's base network's, what its masks "
-        "learned, depth and stream width, then per block "
-        "its kernel size K and "
-        "resolution R per axis and its widths n_in/n_mid/n_out (the run's architecture.json); "
+        "learned, depth and stream width, then per block its kernel size K and resolution R per "
+        "axis and its widths n_in/n_mid/n_out (the run's architecture.json); "
         "*restarted*: the run's stall check started it again (summary.json's restarts).",
         "",
         *architectures_table(Path(args.out), done),

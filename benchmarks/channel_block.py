@@ -6,8 +6,9 @@ of a block on images of 8x8, 16x16 and 28x28 and on a 150-sample line: the depth
 (:class:`export.tactics.DirectConv`, a one-row image in 1-D) and a 1x1 pointwise layer
 (:func:`export.static.pointwise`, C -> C), each at channel counts 8 to 48. A row gives each
 count's median ms over the 32-channel layer's, beside the ratio the cost model prices
-(:func:`dnarch_deploy.operators.conv_macs` for the depthwise layer, C^2 for the pointwise one:
-the true channel counts). The layers of a row are timed in turns in one process.
+(:func:`dnarch_deploy.operators.conv_macs` for the depthwise layer,
+:func:`dnarch_deploy.cost.linear_cost` for the pointwise one: the true channel counts). The
+layers of a row are timed in turns in one process.
 
     python benchmarks/channel_block.py            # the table
     python benchmarks/channel_block.py --quick    # one image size, fewer calls
@@ -27,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dnarch_deploy.cost import linear_cost  # noqa: E402
 from dnarch_deploy.operators import conv_macs  # noqa: E402
 from export.emit import to_onnx  # noqa: E402
 from export.static import pointwise  # noqa: E402
@@ -62,7 +64,7 @@ def priced(kind: str, channels: int, size: tuple[int, ...], taps: tuple[int, ...
     """What the cost model charges for the layer (MACs per sample)."""
     if kind == "depthwise":
         return conv_macs("direct", channels, size, taps)
-    return float(channels**2)  # per position
+    return float(linear_cost(1, channels, channels))  # per position
 
 
 def row_times(kind, size, taps, batch, threads, repeats) -> list[float]:
@@ -83,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="batch sizes, comma-separated")
     parser.add_argument("--repeats", type=int, default=60, help="timed calls per layer (medians)")
     args = parser.parse_args(argv)
+    if args.repeats < 1 or args.threads < 0:
+        parser.error(f"--repeats must be >= 1 and --threads >= 0 (0: onnxruntime's default), "
+                     f"got {args.repeats} and {args.threads}")
     torch.set_num_threads(1)
     shapes = SHAPES[:1] if args.quick else SHAPES
     repeats = min(args.repeats, 12) if args.quick else args.repeats

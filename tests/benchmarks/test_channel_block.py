@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import channel_block  # noqa: E402
@@ -33,3 +35,12 @@ def test_prices_are_the_cost_models():
     assert channel_block.priced("pointwise", 20, (8, 8), (7, 7)) == 400.0
     # the direct tactic pads to a multiple of 4: 21 channels are priced as 24
     assert channel_block.priced("depthwise", 21, (8, 8), (7, 7)) == 24 * 64 * 49
+
+
+@pytest.mark.parametrize("flags", [["--repeats", "0"], ["--threads", "-1"], ["--batches", "0"]])
+def test_bad_flags_are_refused_before_any_timing(flags, capsys):
+    with pytest.raises(SystemExit) as e:
+        channel_block.main(flags)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and flags[0] in err
