@@ -40,7 +40,7 @@ from dnarch_deploy import masks as M
 from dnarch_deploy.cost import Units, architecture_cost
 from dnarch_deploy.latency import LatencyTable, cpu_model, load_table
 from dnarch_deploy.operators import conv_by_cost
-from export.calibration import calibrate
+from export.base_latency import calibrated, untrained_export
 from export.emit import to_onnx
 from export.latency_table import (
     Case,
@@ -50,10 +50,6 @@ from export.latency_table import (
     macs,
     point_shape,
 )
-from export.lowering import lower
-from export.pipeline import ExportOptions
-from export.policy import choose_lowering
-from export.static import freeze, materialize
 from export.timing import measure, progress, runner, session
 
 DEFAULT_SHAPES = ("150", "512", "8x8", "16x16", "28x28")
@@ -97,17 +93,7 @@ def network(size: tuple[int, ...], learn: str, rng: torch.Generator | None) -> D
                                width=32, learn=learn))
     if rng is not None:
         random_state(model, rng)
-    batches = [torch.randn(16, 1, *size) for _ in range(2)]
-    return calibrate(model, batches, show_progress=False).eval()
-
-
-def exported(model: DNArch) -> tuple:
-    """(the ONNX graph export ships with --no-tune, the frozen architecture)."""
-    frozen = freeze(model)
-    static = materialize(model, frozen)
-    tactics, resample, _, _ = choose_lowering(static, ExportOptions(tune=False))
-    x = torch.randn(2, 1, *model.config.input_size)
-    return to_onnx(lower(static, tactics, resample), (x,)), frozen.architecture
+    return calibrated(model)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         models += [network(size, "KRWD", rng) for _ in range(opt.networks)]
         graphs, archs = [], []
         for m in models:
-            g, a = exported(m)
+            g, a = untrained_export(m)
             graphs.append(g)
             archs.append(a)
             bar.update()

@@ -44,10 +44,13 @@ Size = Tensor | float
 class Units:
     """What a cost is counted in: multiply-accumulates per sample (no ``table``, the default), or
     onnxruntime milliseconds at ``batch`` predicted operator by operator from a per-operator
-    latency table (:class:`dnarch_deploy.latency.LatencyTable`; ``--cost latency``)."""
+    latency table (:class:`dnarch_deploy.latency.LatencyTable`; ``--cost latency``), of which
+    the base network's is ``base_ms`` when given: its measured time, which :func:`base_cost`
+    then returns instead of a prediction (:mod:`export.base_latency` says why)."""
 
     table: LatencyTable | None = None
     batch: int = 1
+    base_ms: float | None = None
 
     @property
     def name(self) -> str:
@@ -101,10 +104,13 @@ class BatchBlend:
         return sum(w * u.per_call for u, w in self.parts)
 
 
-def latency_units(table: LatencyTable, batches: Sequence[int], config) -> Units | BatchBlend:
+def latency_units(table: LatencyTable, batches: Sequence[int], config,
+                  base_ms: Sequence[float] = ()) -> Units | BatchBlend:
     """Predicted milliseconds at ``batches``: at one, :class:`Units`; at several, their
-    :class:`BatchBlend`, weighted by the base network of ``config`` (:func:`base_cost`)."""
-    singles = [Units(table, b) for b in dict.fromkeys(batches)]
+    :class:`BatchBlend`, weighted by the base network of ``config`` (:func:`base_cost`).
+    ``base_ms``: the base's measured milliseconds at each batch (none: predicted)."""
+    measured = dict(zip(batches, base_ms)) if base_ms else {}
+    singles = [Units(table, b, measured.get(b)) for b in dict.fromkeys(batches)]
     if len(singles) == 1:
         return singles[0]
     base = [base_cost(config, u) for u in singles]
@@ -374,7 +380,12 @@ def model_params(model: DNArch, plan: Plan | None = None) -> Tensor:
 
 def base_cost(config, units: Units | BatchBlend = MACS) -> float:
     """The cost of the base network CCNN_{D,H} a config describes (full resolution, global
-    kernels, no masks): the default C_target."""
+    kernels, no masks): the default C_target. In units with the base's measured milliseconds,
+    those."""
+    if isinstance(units, BatchBlend):
+        return sum(w * base_cost(config, u) for u, w in units.parts)
+    if units.base_ms is not None:
+        return units.base_ms
     size, H = tuple(config.input_size), config.width
     ops = block_operators(size, size, H, H, H, tuple(config.max_kernel), (False,) * len(size),
                           stream=H)

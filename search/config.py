@@ -169,6 +169,12 @@ class SearchConfig:
                                   f"{' and '.join(map(str, DEFAULT_BATCHES))}); at several, "
                                   "a network's cost over the base's is the mean of its "
                                   "per-batch ratios")
+    # The table predicts operators alone and errs most on the base, the budget's reference (8x8:
+    # 1.40x its measured time; 251 samples at batch 32: 0.71x): export.base_latency says why.
+    base_ms: list[float] = _f(None, "with --cost latency: the base network's onnxruntime "
+                              "milliseconds at each --latency-batch, in order (repeatable; "
+                              "default: measured on this machine, 1 thread, before the search "
+                              "starts, and saved in config.json), of which the budget is a share")
     # The paper's §5 "multiple constraints": a limit (not a target) beside the budget.
     max_params: int = _f(0, "a limit on the deployed network's parameters (0: none): a second "
                          "complexity term lambda * relu(P / max_params - 1)^2 beside the "
@@ -258,6 +264,7 @@ class SearchConfig:
         if isinstance(self.latency_batch, int):  # a run saved when the flag took one batch
             self.latency_batch = [self.latency_batch]
         self.latency_batch = list(dict.fromkeys(self.latency_batch or DEFAULT_BATCHES))
+        self.base_ms = list(self.base_ms or [])
 
     def validate(self) -> None:
         """User errors in the flags: one message naming the flag."""
@@ -287,6 +294,13 @@ class SearchConfig:
              f"got {self.cost!r}"),
             (min(self.latency_batch) >= 1, f"every --latency-batch must be >= 1, "
              f"got {self.latency_batch}"),
+            (not self.base_ms or self.cost == "latency",
+             "--base-ms is the base's time for --cost latency; this run counts --cost macs"),
+            (not self.base_ms or len(self.base_ms) == len(self.latency_batch),
+             f"--base-ms needs one time per --latency-batch {self.latency_batch}, "
+             f"got {self.base_ms}"),
+            (all(ms > 0 for ms in self.base_ms), f"every --base-ms must be > 0, "
+             f"got {self.base_ms}"),
             (self.budget_tolerance >= 0, f"--budget-tolerance must be >= 0, "
              f"got {self.budget_tolerance}"),
             (0 <= self.dropout < 1, f"--dropout must be in [0, 1), got {self.dropout}"),
@@ -340,11 +354,13 @@ class SearchConfig:
     def cost_units(self, mcfg) -> Units | BatchBlend:
         """What the budget counts (--cost) for the model of ``mcfg``: MACs, or predicted
         milliseconds from the latency table (a table that cannot be used warns and falls back
-        to the bundled one) at --latency-batch (several: blended by the base network's)."""
+        to the bundled one) at --latency-batch (several: blended by the base network's), the base's
+        from --base-ms (none: predicted)."""
         if self.cost == "macs":
             return MACS
         batches = tuple(self.latency_batch)
-        return latency_units(_latency_table(self.latency_table, batches), batches, mcfg)
+        return latency_units(_latency_table(self.latency_table, batches), batches, mcfg,
+                             self.base_ms)
 
     def task_options(self) -> dict[str, Any]:
         """--task-option KEY=VALUE pairs, values parsed as int/float/bool where they look so."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -80,6 +80,15 @@ def mean(values: torch.Tensor, world: World) -> torch.Tensor:
     values = values.clone()
     dist.all_reduce(values)
     return values / world.size
+
+
+def broadcast(value: Any, world: World) -> Any:
+    """Rank 0's ``value`` (any picklable object) on every rank."""
+    if world.size == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def barrier(world: World) -> None:

@@ -90,9 +90,10 @@ def prepare_run_dir(cfg: SearchConfig, given: set[str]) -> tuple[Path, SearchCon
     return run_dir, cfg
 
 
-def check_task(cfg: SearchConfig, task) -> None:
+def check_task(cfg: SearchConfig, task):
     """What the loaded data make impossible, before anything is written: an empty split, a
-    network over the limits (classes from the data, width and depth from the flags)."""
+    network over the limits (classes from the data, width and depth from the flags). Returns
+    the model's config."""
     from .train import learned, model_config
 
     for part, n in zip(("train", "val", "test"), task.sizes()):
@@ -107,7 +108,25 @@ def check_task(cfg: SearchConfig, task) -> None:
     except ValueError as e:
         raise UsageError(f"task {task.name} with --width {cfg.width}, --depth {cfg.depth}: "
                          f"{e}") from None
-    check_budget(cfg, mcfg)
+    return mcfg
+
+
+def with_base_time(cfg: SearchConfig, mcfg, world) -> SearchConfig:
+    """--cost latency without --base-ms: the base network's measured milliseconds at every
+    --latency-batch, timed once (rank 0, sent to the others) and kept in config.json, so that a
+    resumed run keeps its budget (:mod:`export.base_latency`). A run saved without them resumes
+    with its base predicted, as it trained."""
+    if cfg.cost != "latency" or cfg.base_ms or cfg.resume:
+        return cfg
+    times = None
+    if world.rank == 0:
+        from export.base_latency import base_milliseconds
+
+        times = base_milliseconds(mcfg, cfg.latency_batch)
+        said = ", ".join(f"{ms:.4g} ms at batch {b}" for b, ms in zip(cfg.latency_batch, times))
+        print(f"note: the base network runs in {said} here (onnxruntime, 1 thread); the "
+              f"budget is a share of that (--base-ms pins it)", file=sys.stderr)
+    return dataclasses.replace(cfg, base_ms=distributed.broadcast(times, world))
 
 
 def note_learned(cfg: SearchConfig, task) -> None:
@@ -245,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         world = distributed.init("cuda" if cfg.device != "cpu" and _cuda() else "cpu")
         device = distributed.pick_device(cfg.device, world)
         task = load_task(cfg.task, seed=cfg.seed, **cfg.task_options())
-        check_task(cfg, task)
+        mcfg = check_task(cfg, task)
+        cfg = with_base_time(cfg, mcfg, world)
+        check_budget(cfg, mcfg)
         if world.rank == 0 and not cfg.resume:
             note_learned(cfg, task)
         if cfg.resume and not cfg.allow_data_change:

@@ -319,9 +319,12 @@ def _flag(key: str) -> str:
 
 def check_task(plan: dict, runs: list[Run]) -> None:
     """The task loads for every seed (generated data are made and cached here, once, before
-    processes start side by side) and every model fits it (search.run's own check)."""
+    processes start side by side) and every model fits it and its budget (search.run's own
+    checks; with --cost latency against the base's predicted time, which each search then
+    measures)."""
     from .config import parse_args
     from .run import UsageError as RunUsageError
+    from .run import check_budget
     from .run import check_task as check_model
     from .tasks import TaskError, load_task
 
@@ -334,7 +337,7 @@ def check_task(plan: dict, runs: list[Run]) -> None:
             except TaskError as e:
                 raise UsageError(f"--task {plan['task']}: {e}") from None
         try:
-            check_model(cfg, loaded[run.seed])
+            check_budget(cfg, check_model(cfg, loaded[run.seed]))
         except RunUsageError as e:
             raise UsageError(f"model {run.run_dir.name}: {e}") from None
 

@@ -401,6 +401,34 @@ def test_a_blend_of_batches_is_the_mean_of_the_per_batch_ratios(case):
     assert latency_units(table, (32, 32), c) == large
 
 
+@pytest.mark.parametrize("case", [CONFIGS["1d-classify"], CONFIGS["2d-dense"]], ids=["1d", "2d"])
+def test_a_measured_base_is_the_reference_of_every_ratio(case):
+    """With the base's measured milliseconds (--base-ms), the base costs them, at each batch and
+    blended, and a network's cost over the base's is the mean of its predicted milliseconds over
+    the base's measured ones; the network itself is still priced by the table."""
+    from dnarch_deploy.cost import Units, latency_units
+    from dnarch_deploy.latency import load_table
+
+    table = load_table()
+    model = tiny_model(0, learn="KRWD", **case)
+    set_mask_state(model, "random", 1)
+    found, c = describe(model), model.config
+    measured = (0.3, 4.0)
+    one, large = Units(table, 1, 0.3), Units(table, 32, 4.0)
+    assert (base_cost(c, one), base_cost(c, large)) == measured
+    assert architecture_cost(found, one) == architecture_cost(found, Units(table, 1))
+    blend = latency_units(table, (1, 32), c, measured)
+    assert base_cost(c, blend) == pytest.approx(0.3, rel=1e-12)  # reads as ms at batch 1
+    predicted = [architecture_cost(found, Units(table, b)) for b in (1, 32)]
+    mean_ratio = (predicted[0] / 0.3 + predicted[1] / 4.0) / 2
+    assert architecture_cost(found, blend) / base_cost(c, blend) == pytest.approx(mean_ratio,
+                                                                                  rel=1e-12)
+    cost = model_cost(model, units=blend)
+    assert float(cost["total"].detach()) == pytest.approx(architecture_cost(found, blend),
+                                                          rel=1e-9)
+    assert latency_units(table, (32,), c, (4.0,)) == large
+
+
 def test_the_fixed_cost_of_a_call_is_priced_once_per_network():
     """A table that measured a call's fixed cost adds it once to every network's figure (the
     search's, the frozen architecture's and the base's); MACs have none."""

@@ -567,9 +567,10 @@ def test_max_params_is_a_second_constraint_the_result_meets(tmp_path):
 def test_cost_latency_budgets_predicted_milliseconds(tmp_path):
     """--cost latency: the budget counts the table's predicted milliseconds of the deployed
     network, by default at batches 1 and 32 blended (a cost over the base's is the mean of the
-    per-batch ratios); summary.json says which unit, and its ratio is the found network's cost
+    per-batch ratios), against the base network's milliseconds measured before training and
+    kept in config.json; summary.json says which unit, and its ratio is the found network's cost
     over the target. A table that cannot be read warns, naming it, and the bundled one is used."""
-    from dnarch_deploy.cost import Units, base_cost
+    from dnarch_deploy.cost import Units
     from dnarch_deploy.latency import load_table
 
     out = tmp_path / "latency"
@@ -580,14 +581,47 @@ def test_cost_latency_budgets_predicted_milliseconds(tmp_path):
     assert f"warning: latency table {broken} cannot be used" in proc.stderr  # one line
     summary, config = R.read_summary(out), json.loads((out / R.CONFIG).read_text())
     assert config["train"]["latency_batch"] == [1, 32]
-    mcfg = ModelConfig(**config["model"])
+    base_ms = config["train"]["base_ms"]
+    assert len(base_ms) == 2 and 0 < base_ms[0] < base_ms[1]  # measured, batch 32 the longer
+    assert f"{base_ms[0]:.4g} ms at batch 1, {base_ms[1]:.4g} ms at batch 32" in proc.stderr
     one, large = Units(load_table(), batch=1), Units(load_table(), batch=32)
     assert summary["cost_unit"] == "ms" and config["cost_unit"] == "ms"
-    assert summary["target"] == pytest.approx(0.5 * base_cost(mcfg, one), rel=1e-9)
+    assert config["base_cost"] == base_ms[0]
+    assert summary["target"] == pytest.approx(0.5 * base_ms[0], rel=1e-9)
     found = R.read_architecture(out)
-    mean_ratio = sum(architecture_cost(found, u) / base_cost(mcfg, u) for u in (one, large)) / 2
+    mean_ratio = sum(architecture_cost(found, u) / ms for u, ms in zip((one, large), base_ms)) / 2
     assert summary["complexity_ratio"] == pytest.approx(mean_ratio / 0.5, rel=1e-6)
     assert summary["macs"] == architecture_cost(found)  # MACs are still reported
+
+
+def test_base_ms_pins_the_base_and_resume_keeps_it(tmp_path):
+    """--base-ms gives the base's milliseconds instead of measuring them; a resumed run keeps
+    the ones config.json saved, typed or measured, so its budget does not move."""
+    out = tmp_path / "pinned"
+    proc = run_search(*TINY, "--cost", "latency", "--budget", "0.25", "--base-ms", "0.2",
+                      "--base-ms", "5", "--out", str(out))
+    assert "base network runs in" not in proc.stderr  # nothing measured
+    assert R.read_config(out)["train"]["base_ms"] == [0.2, 5.0]
+    assert R.read_summary(out)["target"] == pytest.approx(0.05, rel=1e-12)
+    proc = run_search("--out", str(out), "--resume", "--epochs", "4")
+    assert "base network runs in" not in proc.stderr
+    assert R.read_config(out)["train"]["base_ms"] == [0.2, 5.0]
+    assert R.read_summary(out)["target"] == pytest.approx(0.05, rel=1e-12)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--base-ms", "0.2"], "--base-ms is the base's time for --cost latency; this run counts "
+     "--cost macs"),
+    (["--cost", "latency", "--base-ms", "0.2"], "--base-ms needs one time per --latency-batch "
+     "[1, 32], got [0.2]"),
+    (["--cost", "latency", "--latency-batch", "1", "--base-ms", "0"], "every --base-ms must be "
+     "> 0, got [0.0]"),
+], ids=["macs", "count", "zero"])
+def test_base_ms_must_fit_the_cost(tmp_path, flags, message):
+    proc = run_search(*TINY, *flags, "--out", str(tmp_path / "x"), check=False)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_run_saved_with_one_latency_batch_reads_as_that_batch():

@@ -1,0 +1,70 @@
+"""The base network's measured onnxruntime time: what a ``--cost latency`` budget is a share of.
+
+A latency table prices each operator timed alone. Inside a whole network onnxruntime keeps or
+changes layouts between operators, and the base CCNN_{D,H}, the budget's reference, is where the
+table errs most: it predicted the base at 1.40x / 1.28x its measured time on 8x8 images (batch 1 /
+32; the width of 32 runs as one NCHWc chain) and at 0.71x on 251 samples at batch 32, while
+random found networks were predicted within 0.78-1.03x (``benchmarks/latency_prediction.py``).
+A found network's cost over a *predicted* base carries the base's error whole, so the search
+measures the base instead: exported as ``python -m export.onnx --no-tune`` would ship it (random
+weights and BatchNorm statistics; time does not depend on them) and timed in one session at the
+budget's batches, one thread, before training starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import onnx
+import torch
+
+from dnarch_deploy import Architecture, DNArch, ModelConfig
+
+from .calibration import calibrate
+from .emit import to_onnx
+from .lowering import lower
+from .pipeline import ExportOptions
+from .policy import choose_lowering
+from .static import freeze, materialize
+from .timing import measure, random_feeds, runner, session
+from .tune import example_input
+
+REPEATS = 40  # timed calls per batch (the median is kept)
+
+
+def random_inputs(config: ModelConfig, samples: int, generator: torch.Generator) -> torch.Tensor:
+    """``samples`` random inputs of the network's shape (token ids below its vocabulary)."""
+    if config.vocab_size:
+        return torch.randint(0, config.vocab_size, (samples, *config.input_size),
+                             generator=generator)
+    return torch.randn(samples, config.in_channels, *config.input_size, generator=generator)
+
+
+def calibrated(model: DNArch, seed: int = 0) -> DNArch:
+    """``model`` in eval mode with its BatchNorm statistics taken from random inputs."""
+    generator = torch.Generator().manual_seed(seed)
+    batches = [random_inputs(model.config, 16, generator) for _ in range(2)]
+    return calibrate(model, batches, show_progress=False).eval()
+
+
+def untrained_export(model: DNArch) -> tuple[onnx.ModelProto, Architecture]:
+    """(the ONNX graph ``python -m export.onnx --no-tune`` ships for a calibrated ``model``, its
+    frozen architecture)."""
+    frozen = freeze(model)
+    static = materialize(model, frozen)
+    tactics, resample, _, _ = choose_lowering(static, ExportOptions(tune=False))
+    return to_onnx(lower(static, tactics, resample), (example_input(static),)), frozen.architecture
+
+
+def base_milliseconds(config: ModelConfig, batches: Sequence[int], threads: int = 1,
+                      repeats: int = REPEATS) -> list[float]:
+    """The median onnxruntime milliseconds of the base network of ``config`` (its CCNN_{D,H}:
+    nothing learned), exported as shipped, at each of ``batches``."""
+    with torch.random.fork_rng():  # the search's seeded generator is not disturbed
+        torch.manual_seed(0)
+        graph, _ = untrained_export(calibrated(DNArch(dataclasses.replace(config, learn="none"))))
+    sess = session(graph, threads)
+    vocab = config.vocab_size
+    return [measure([runner(sess, random_feeds(graph, b, vocab))], repeats)[0]["median_ms"]
+            for b in batches]
