@@ -138,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     print("Per shape: the base CCNN_{4,32} and random DNArch networks, exported --no-tune, timed "
           "in turns (median ms). pred/meas: the table's milliseconds over the measured ones; "
           "ratio error: (predicted ms / predicted base ms) / (measured ms / measured base ms), "
-          "1 when the cost model ranks the network against the base exactly.\n")
+          "1 when the cost model ranks the network against the base exactly. A search with "
+          "--cost latency divides by the base's measured ms (export.base_latency), so its "
+          "ratio error is a network's own pred/meas.\n")
     compared = "".join(f" ratio error with {path} |" for path in opt.compare)
     print("| shape | batch | base ms measured | base pred/meas | networks' pred/meas "
           f"(median, range) | ratio error (median, range) | measured ratio to base (range) |"

@@ -68,3 +68,10 @@ def base_milliseconds(config: ModelConfig, batches: Sequence[int], threads: int 
     vocab = config.vocab_size
     return [measure([runner(sess, random_feeds(graph, b, vocab))], repeats)[0]["median_ms"]
             for b in batches]
+
+
+def said(batches: Sequence[int], times: Sequence[float]) -> str:
+    """The note a search or sweep prints about the base's measured time."""
+    at = ", ".join(f"{ms:.4g} ms at batch {b}" for b, ms in zip(batches, times))
+    return (f"note: the base network runs in {at} here (onnxruntime, 1 thread); the budget is "
+            f"a share of that (--base-ms pins it)")

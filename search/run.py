@@ -115,17 +115,16 @@ def with_base_time(cfg: SearchConfig, mcfg, world) -> SearchConfig:
     """--cost latency without --base-ms: the base network's measured milliseconds at every
     --latency-batch, timed once (rank 0, sent to the others) and kept in config.json, so that a
     resumed run keeps its budget (:mod:`export.base_latency`). A run saved without them resumes
-    with its base predicted, as it trained."""
-    if cfg.cost != "latency" or cfg.base_ms or cfg.resume:
+    with its base predicted, as it trained; the base itself (--learn none) has nothing to
+    measure against."""
+    if cfg.cost != "latency" or cfg.base_ms or cfg.resume or mcfg.learn == "none":
         return cfg
     times = None
     if world.rank == 0:
-        from export.base_latency import base_milliseconds
+        from export.base_latency import base_milliseconds, said
 
         times = base_milliseconds(mcfg, cfg.latency_batch)
-        said = ", ".join(f"{ms:.4g} ms at batch {b}" for b, ms in zip(cfg.latency_batch, times))
-        print(f"note: the base network runs in {said} here (onnxruntime, 1 thread); the "
-              f"budget is a share of that (--base-ms pins it)", file=sys.stderr)
+        print(said(cfg.latency_batch, times), file=sys.stderr)
     return dataclasses.replace(cfg, base_ms=distributed.broadcast(times, world))
 
 

@@ -172,14 +172,47 @@ def make_plan(cfg: SweepConfig, search_flags: list[str], given: set[str]) -> dic
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name} must be >= 1, got {getattr(cfg, name)}")
     base = _search_config(["--task", cfg.task, *search_flags], "search flags", parse_args)
+    resumed = cfg.resume and bool(cfg.out) and (Path(cfg.out) / S.PLAN).exists()
+    base_ms = [] if resumed else base_time(cfg, search_flags)  # a resumed sweep keeps its own
     if "budgets" not in given:
-        budgets = reachable_defaults(cfg, search_flags, budgets)
+        budgets = reachable_defaults(cfg, [*search_flags, *base_ms_flags(base_ms)], budgets)
     check_export_flags(shlex.split(cfg.export_flags))
     grid = parse_grid(cfg.base_grid, base.width, base.depth, budgets)
     return {"schema": S.PLAN_SCHEMA, "version": S.VERSION, "task": cfg.task, "learn": cfg.learn,
             "budgets": budgets, "seeds": cfg.seeds, "base_grid": grid,
             "search_flags": search_flags, "export_flags": shlex.split(cfg.export_flags),
-            "batch": cfg.batch, "threads": cfg.threads, "repeats": cfg.repeats}
+            "batch": cfg.batch, "threads": cfg.threads, "repeats": cfg.repeats,
+            **({"base_ms": base_ms} if base_ms else {})}
+
+
+def base_time(cfg: SweepConfig, search_flags: list[str]) -> list[float]:
+    """With --cost latency (and no --base-ms): the base network's milliseconds at each
+    --latency-batch, timed once here, before any job starts, for every search of the sweep
+    (sweep.json's ``base_ms``): their budgets then share one reference, timed on a quiet
+    machine rather than beside other jobs. Otherwise none."""
+    from .config import parse_args
+    from .tasks import TaskError, load_task
+    from .train import model_config
+
+    search = _search_config(["--task", cfg.task, *search_flags, "--learn", cfg.learn],
+                            "search flags", parse_args)
+    if search.cost != "latency" or search.base_ms:
+        return []
+    try:
+        mcfg = model_config(search, load_task(cfg.task, seed=0, **search.task_options()))
+    except TaskError as e:
+        raise UsageError(f"--task {cfg.task}: {e}") from None
+    except ValueError:  # a network over the limits: check_task says so, per model
+        return []
+    from export.base_latency import base_milliseconds, said
+
+    times = base_milliseconds(mcfg, search.latency_batch)
+    print(said(search.latency_batch, times), file=sys.stderr)
+    return times
+
+
+def base_ms_flags(base_ms: list[float]) -> list[str]:
+    return [flag for ms in base_ms for flag in ("--base-ms", repr(ms))]
 
 
 def reachable_defaults(cfg: SweepConfig, search_flags: list[str], budgets: list[float]
@@ -236,7 +269,8 @@ def run_of(model: Model, plan: dict, sweep_dir: Path) -> Run:
     """The search.run flags and run directory of a model."""
     flags = ["--task", plan["task"], *plan["search_flags"], "--seed", str(model.seed)]
     if model.kind == "search":
-        flags += ["--learn", plan["learn"], "--budget", f"{model.budget!r}"]
+        flags += ["--learn", plan["learn"], "--budget", f"{model.budget!r}",
+                  *base_ms_flags(plan.get("base_ms", []))]
     else:
         flags = set_flag(set_flag(flags, "--width", str(model.width)), "--depth",
                          str(model.depth)) + ["--learn", "none"]

@@ -609,6 +609,15 @@ def test_base_ms_pins_the_base_and_resume_keeps_it(tmp_path):
     assert R.read_summary(out)["target"] == pytest.approx(0.05, rel=1e-12)
 
 
+def test_the_base_itself_measures_nothing(tmp_path):
+    """--learn none trains the base: there is no budget to price against it, so nothing is
+    timed and config.json has no base milliseconds."""
+    out = tmp_path / "base"
+    proc = run_search(*TINY, "--cost", "latency", "--learn", "none", "--out", str(out))
+    assert "base network runs in" not in proc.stderr
+    assert R.read_config(out)["train"]["base_ms"] == []
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--base-ms", "0.2"], "--base-ms is the base's time for --cost latency; this run counts "
      "--cost macs"),

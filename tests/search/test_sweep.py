@@ -141,6 +141,13 @@ def test_default_budgets_the_search_cannot_reach_are_left_out_with_a_note(tmp_pa
     assert plan["base_grid"] == [[round(32 * math.sqrt(b)), 4] for b in kept if b < 1] + [
         [32, 4], [32, 2]]
     assert f"note: default budget(s) {dropped} left out: " in err
+    # the base was timed once, before any job: every search's budget is a share of that
+    base_ms = plan["base_ms"]
+    assert len(base_ms) == 2 and 0 < base_ms[0] < base_ms[1]
+    for model in sweep.models(plan):
+        flags = sweep.run_of(model, plan, out).flags
+        given = [float(flags[i + 1]) for i, f in enumerate(flags) if f == "--base-ms"]
+        assert given == (base_ms if model.kind == "search" else [])  # the base measures nothing
     assert sweep.main([*args, "--budgets", "0.25,1", "--out", str(tmp_path / "given")]) == 2
     err = capsys.readouterr().err
     assert "--budget 0.25: no network the search can reach costs that much" in err
