@@ -3,8 +3,9 @@
 A latency table prices each operator timed alone. Inside a whole network onnxruntime keeps or
 changes layouts between operators, and the base CCNN_{D,H}, the budget's reference, is where the
 table errs most: it predicted the base at 1.40x / 1.28x its measured time on 8x8 images (batch 1 /
-32; the width of 32 runs as one NCHWc chain) and at 0.71x on 251 samples at batch 32, while
-random found networks were predicted within 0.78-1.03x (``benchmarks/latency_prediction.py``).
+32; the width of 32 runs as one NCHWc chain) and at 0.71x on 251 samples at batch 32, where
+random networks of the search space were predicted at 0.78-1.03x (medians at those shapes and
+batches; ``benchmarks/latency_prediction.py``, ``benchmarks/results/latency_prediction.md``).
 A found network's cost over a *predicted* base carries the base's error whole, so the search
 measures the base instead: exported as ``python -m export.onnx --no-tune`` would ship it (random
 weights and BatchNorm statistics; time does not depend on them) and timed in one session at the
