@@ -362,6 +362,14 @@ class SearchConfig:
         return latency_units(_latency_table(self.latency_table, batches), batches, mcfg,
                              self.base_ms)
 
+    def latency_table_here(self) -> bool:
+        """Whether --cost latency prices with a table measured on this machine (its CPU and
+        versions, 1 thread). Only then are the table's milliseconds this machine's and the base's
+        measured time their reference; another machine's table prices the base too, so that a
+        ratio does not mix two machines."""
+        table = _latency_table(self.latency_table, tuple(self.latency_batch))
+        return not table.differences(threads=1)
+
     def task_options(self) -> dict[str, Any]:
         """--task-option KEY=VALUE pairs, values parsed as int/float/bool where they look so."""
         options = {}

@@ -116,8 +116,10 @@ def with_base_time(cfg: SearchConfig, mcfg, world) -> SearchConfig:
     --latency-batch, timed once (rank 0, sent to the others) and kept in config.json, so that a
     resumed run keeps its budget (:mod:`export.base_latency`). A run saved without them resumes
     with its base predicted, as it trained; the base itself (--learn none) has nothing to
-    measure against."""
-    if cfg.cost != "latency" or cfg.base_ms or cfg.resume or mcfg.learn == "none":
+    measure against; with another machine's latency table the base is priced by it too
+    (:meth:`SearchConfig.latency_table_here`)."""
+    if (cfg.cost != "latency" or cfg.base_ms or cfg.resume or mcfg.learn == "none"
+            or not cfg.latency_table_here()):
         return cfg
     times = None
     if world.rank == 0:

@@ -189,14 +189,15 @@ def base_time(cfg: SweepConfig, search_flags: list[str]) -> list[float]:
     """With --cost latency (and no --base-ms): the base network's milliseconds at each
     --latency-batch, timed once here, before any job starts, for every search of the sweep
     (sweep.json's ``base_ms``): their budgets then share one reference, timed on a quiet
-    machine rather than beside other jobs. Otherwise none."""
+    machine rather than beside other jobs. Otherwise (or with another machine's latency table,
+    which then prices the base too) none."""
     from .config import parse_args
     from .tasks import TaskError, load_task
     from .train import model_config
 
     search = _search_config(["--task", cfg.task, *search_flags, "--learn", cfg.learn],
                             "search flags", parse_args)
-    if search.cost != "latency" or search.base_ms:
+    if search.cost != "latency" or search.base_ms or not search.latency_table_here():
         return []
     try:
         mcfg = model_config(search, load_task(cfg.task, seed=0, **search.task_options()))

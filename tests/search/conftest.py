@@ -34,3 +34,18 @@ def tiny_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "tiny"
     run_search(*TINY, "--out", str(out))
     return out
+
+
+@pytest.fixture
+def local_latency_table(tmp_path) -> Path:
+    """The bundled latency table, its header made this machine's (CPU, versions, 1 thread):
+    --cost latency then prices with it and times the base here, on any machine."""
+    import json
+
+    from dnarch_deploy.latency import BUNDLED, machine, versions
+
+    data = json.loads(Path(BUNDLED).read_text())
+    data["header"].update(machine(), threads=1, versions=versions())
+    path = tmp_path / "latency_here.json"
+    path.write_text(json.dumps(data))
+    return path

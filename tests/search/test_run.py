@@ -564,27 +564,26 @@ def test_max_params_is_a_second_constraint_the_result_meets(tmp_path):
     assert summary["params"] == architecture_params(R.read_architecture(out))
 
 
-def test_cost_latency_budgets_predicted_milliseconds(tmp_path):
+def test_cost_latency_budgets_predicted_milliseconds(tmp_path, local_latency_table):
     """--cost latency: the budget counts the table's predicted milliseconds of the deployed
     network, by default at batches 1 and 32 blended (a cost over the base's is the mean of the
     per-batch ratios), against the base network's milliseconds measured before training and
     kept in config.json; summary.json says which unit, and its ratio is the found network's cost
-    over the target. A table that cannot be read warns, naming it, and the bundled one is used."""
+    over the target."""
     from dnarch_deploy.cost import Units
-    from dnarch_deploy.latency import load_table
+    from dnarch_deploy.latency import LatencyTable
 
     out = tmp_path / "latency"
-    broken = tmp_path / "broken.json"
-    broken.write_text("{not json")
     proc = run_search(*TINY, "--cost", "latency", "--budget", "0.5",
-                      "--latency-table", str(broken), "--out", str(out))
-    assert f"warning: latency table {broken} cannot be used" in proc.stderr  # one line
+                      "--latency-table", str(local_latency_table), "--out", str(out))
+    assert "warning" not in proc.stderr
     summary, config = R.read_summary(out), json.loads((out / R.CONFIG).read_text())
     assert config["train"]["latency_batch"] == [1, 32]
     base_ms = config["train"]["base_ms"]
     assert len(base_ms) == 2 and 0 < base_ms[0] < base_ms[1]  # measured, batch 32 the longer
     assert f"{base_ms[0]:.4g} ms at batch 1, {base_ms[1]:.4g} ms at batch 32" in proc.stderr
-    one, large = Units(load_table(), batch=1), Units(load_table(), batch=32)
+    table = LatencyTable.load(local_latency_table)
+    one, large = Units(table, batch=1), Units(table, batch=32)
     assert summary["cost_unit"] == "ms" and config["cost_unit"] == "ms"
     assert config["base_cost"] == base_ms[0]
     assert summary["target"] == pytest.approx(0.5 * base_ms[0], rel=1e-9)
@@ -592,6 +591,43 @@ def test_cost_latency_budgets_predicted_milliseconds(tmp_path):
     mean_ratio = sum(architecture_cost(found, u) / ms for u, ms in zip((one, large), base_ms)) / 2
     assert summary["complexity_ratio"] == pytest.approx(mean_ratio / 0.5, rel=1e-6)
     assert summary["macs"] == architecture_cost(found)  # MACs are still reported
+
+
+def test_a_latency_table_that_cannot_be_read_warns_and_the_bundled_one_prices(tmp_path):
+    """One warning line naming the file; the bundled table prices the network, and the base is
+    timed only where that table was measured on this machine (else the table prices it too)."""
+    from dnarch_deploy.latency import BUNDLED, LatencyTable
+
+    out, broken = tmp_path / "latency", tmp_path / "broken.json"
+    broken.write_text("{not json")
+    proc = run_search(*TINY, "--cost", "latency", "--budget", "0.5",
+                      "--latency-table", str(broken), "--out", str(out))
+    assert f"warning: latency table {broken} cannot be used" in proc.stderr  # one line
+    here = not LatencyTable.load(BUNDLED).differences(threads=1)
+    assert bool(R.read_config(out)["train"]["base_ms"]) == here
+    assert R.read_config(out)["cost_unit"] == "ms"
+
+
+def test_another_machines_table_prices_the_base_too(monkeypatch):
+    """A table measured elsewhere prices networks in that machine's milliseconds: the base is
+    not timed here (a ratio would mix two machines), its cost is the table's prediction."""
+    import search.config as C
+    from dnarch_deploy.cost import Units, base_cost
+    from dnarch_deploy.latency import BUNDLED, LatencyTable
+    from search.distributed import World
+    from search.run import with_base_time
+
+    bundled = LatencyTable.load(BUNDLED)
+    elsewhere = LatencyTable(header={**bundled.header, "cpu": "another CPU"},
+                             points=bundled.points)
+    monkeypatch.setattr(C, "_latency_table", lambda path, batches: elsewhere)
+    cfg = SearchConfig(cost="latency", budget=0.5)
+    mcfg = ModelConfig(in_channels=1, out_channels=2, input_size=(150,), learn="KRWD")
+    assert not cfg.latency_table_here()
+    kept = with_base_time(cfg, mcfg, World(rank=0, size=1))
+    assert kept.base_ms == []
+    assert base_cost(mcfg, kept.cost_units(mcfg)) == pytest.approx(
+        base_cost(mcfg, Units(elsewhere, 1)), rel=1e-12)
 
 
 def test_base_ms_pins_the_base_and_resume_keeps_it(tmp_path):

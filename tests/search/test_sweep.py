@@ -121,14 +121,15 @@ def test_emit_jobs_writes_one_command_per_model_and_a_slurm_array(tmp_path: Path
     assert "--job search-b9-s0: not a model of" in capsys.readouterr().err
 
 
-def test_default_budgets_the_search_cannot_reach_are_left_out_with_a_note(tmp_path: Path,
-                                                                           capsys):
+def test_default_budgets_the_search_cannot_reach_are_left_out_with_a_note(
+        tmp_path: Path, capsys, local_latency_table: Path):
     """In milliseconds, digits' (8x8) cheapest network costs about half the base (the bundled
-    latency table's figure, measured): the default budgets below that are dropped, named in one
-    note with the reachable range; the base family follows the rest. Given budgets are not
-    dropped: an unreachable one is an error."""
+    latency table's figure over the base's time, measured once by the sweep): the default
+    budgets below that are dropped, named in one note with the reachable range; the base family
+    follows the rest. Given budgets are not dropped: an unreachable one is an error."""
     out = tmp_path / "latency"
-    args = ["--task", "digits", "--cost", "latency", "--emit-jobs"]
+    args = ["--task", "digits", "--cost", "latency", "--latency-table", str(local_latency_table),
+            "--emit-jobs"]
     assert sweep.main([*args, "--out", str(out)]) == 0
     plan = json.loads((out / "sweep.json").read_text())
     err = capsys.readouterr().err
