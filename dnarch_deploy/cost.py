@@ -109,7 +109,7 @@ def latency_units(table: LatencyTable, batches: Sequence[int], config,
     """Predicted milliseconds at ``batches``: at one, :class:`Units`; at several, their
     :class:`BatchBlend`, weighted by the base network of ``config`` (:func:`base_cost`).
     ``base_ms``: the base's measured milliseconds at each batch (none: predicted)."""
-    measured = dict(zip(batches, base_ms)) if base_ms else {}
+    measured = dict(zip(batches, base_ms, strict=True)) if base_ms else {}
     singles = [Units(table, b, measured.get(b)) for b in dict.fromkeys(batches)]
     if len(singles) == 1:
         return singles[0]

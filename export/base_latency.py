@@ -62,7 +62,7 @@ def base_milliseconds(config: ModelConfig, batches: Sequence[int], threads: int 
                       repeats: int = REPEATS) -> list[float]:
     """The median onnxruntime milliseconds of the base network of ``config`` (its CCNN_{D,H}:
     nothing learned), exported as shipped, at each of ``batches``."""
-    with torch.random.fork_rng():  # the search's seeded generator is not disturbed
+    with torch.random.fork_rng(devices=[]):  # the CPU generator only: no CUDA context
         torch.manual_seed(0)
         graph, _ = untrained_export(calibrated(DNArch(dataclasses.replace(config, learn="none"))))
     sess = session(graph, threads)
@@ -71,7 +71,7 @@ def base_milliseconds(config: ModelConfig, batches: Sequence[int], threads: int 
             for b in batches]
 
 
-def said(batches: Sequence[int], times: Sequence[float]) -> str:
+def base_time_note(batches: Sequence[int], times: Sequence[float]) -> str:
     """The note a search or sweep prints about the base's measured time."""
     at = ", ".join(f"{ms:.4g} ms at batch {b}" for b, ms in zip(batches, times))
     return (f"note: the base network runs in {at} here (onnxruntime, 1 thread); the budget is "

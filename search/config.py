@@ -299,7 +299,8 @@ class SearchConfig:
             (not self.base_ms or len(self.base_ms) == len(self.latency_batch),
              f"--base-ms needs one time per --latency-batch {self.latency_batch}, "
              f"got {self.base_ms}"),
-            (all(ms > 0 for ms in self.base_ms), f"every --base-ms must be > 0, "
+            (all(math.isfinite(ms) and ms > 0 for ms in self.base_ms),
+             f"every --base-ms must be a finite number > 0, "
              f"got {self.base_ms}"),
             (self.budget_tolerance >= 0, f"--budget-tolerance must be >= 0, "
              f"got {self.budget_tolerance}"),

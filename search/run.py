@@ -19,6 +19,7 @@ import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dnarch_deploy import rundir as R
 from dnarch_deploy.io import current_umask, process_alive
@@ -26,6 +27,9 @@ from dnarch_deploy.io import current_umask, process_alive
 from . import checkpoint, distributed
 from .config import LEARN_FLAGS, SearchConfig, parse_args
 from .records import write_json
+
+if TYPE_CHECKING:
+    from dnarch_deploy import ModelConfig
 
 # flags that may differ on --resume (they do not change what is computed, or extend it)
 RESUMABLE = {"resume", "out", "device", "eval_batch_size", "epochs", "steps", "allow_data_change"}
@@ -90,7 +94,7 @@ def prepare_run_dir(cfg: SearchConfig, given: set[str]) -> tuple[Path, SearchCon
     return run_dir, cfg
 
 
-def check_task(cfg: SearchConfig, task):
+def check_task(cfg: SearchConfig, task) -> ModelConfig:
     """What the loaded data make impossible, before anything is written: an empty split, a
     network over the limits (classes from the data, width and depth from the flags). Returns
     the model's config."""
@@ -123,10 +127,10 @@ def with_base_time(cfg: SearchConfig, mcfg, world) -> SearchConfig:
         return cfg
     times = None
     if world.rank == 0:
-        from export.base_latency import base_milliseconds, said
+        from export.base_latency import base_milliseconds, base_time_note
 
         times = base_milliseconds(mcfg, cfg.latency_batch)
-        print(said(cfg.latency_batch, times), file=sys.stderr)
+        print(base_time_note(cfg.latency_batch, times), file=sys.stderr)
     return dataclasses.replace(cfg, base_ms=distributed.broadcast(times, world))
 
 
@@ -154,10 +158,13 @@ def unreachable_budget(cfg: SearchConfig, mcfg, budget: float) -> str | None:
     low, high = (c / base for c in cost_range(mcfg, units))
     if low * (1 - 1e-9) <= budget <= high * (1 + 1e-9):
         return None
+    against = (f" of the base's measured time ({cfg.base_ms[0]:.4g} ms at batch "
+               f"{cfg.latency_batch[0]}, --base-ms)" if cfg.cost == "latency" and cfg.base_ms
+               else "")
     return (f"no network the search can reach costs that much; with --learn {mcfg.learn} on "
             f"this task (CCNN_{{{mcfg.depth},{mcfg.width}}}, input "
-            f"{'x'.join(map(str, mcfg.input_size))}) budgets from {low:.3g} to {high:.3g} are "
-            f"reachable")
+            f"{'x'.join(map(str, mcfg.input_size))}) budgets from {low:.3g} to {high:.3g}"
+            f"{against} are reachable")
 
 
 def check_budget(cfg: SearchConfig, mcfg) -> None:

@@ -205,11 +205,18 @@ def base_time(cfg: SweepConfig, search_flags: list[str]) -> list[float]:
         raise UsageError(f"--task {cfg.task}: {e}") from None
     except ValueError:  # a network over the limits: check_task says so, per model
         return []
-    from export.base_latency import base_milliseconds, said
+    from export.base_latency import base_milliseconds, base_time_note
 
     times = base_milliseconds(mcfg, search.latency_batch)
-    print(said(search.latency_batch, times), file=sys.stderr)
+    print(base_time_note(search.latency_batch, times), file=sys.stderr)
     return times
+
+
+def planned_cost(plan: dict) -> str:
+    """What the plan's searches count a budget in (--cost)."""
+    from .config import parse_args
+
+    return parse_args(["--task", plan["task"], *plan["search_flags"]])[0].cost
 
 
 def base_ms_flags(base_ms: list[float]) -> list[str]:
@@ -355,8 +362,8 @@ def _flag(key: str) -> str:
 def check_task(plan: dict, runs: list[Run]) -> None:
     """The task loads for every seed (generated data are made and cached here, once, before
     processes start side by side) and every model fits it and its budget (search.run's own
-    checks; with --cost latency against the base's predicted time, which each search then
-    measures)."""
+    checks; with --cost latency against the base's time the plan measured, or else its
+    predicted one)."""
     from .config import parse_args
     from .run import UsageError as RunUsageError
     from .run import check_budget
@@ -465,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
             return run_one(cfg)
         plan = make_plan(cfg, search_flags, given)
         out, plan = check_out(cfg, given, plan)
+        if cfg.resume and "base_ms" not in plan and planned_cost(plan) == "latency":
+            print("note: this sweep was planned before a latency sweep timed its base once: "
+                  "its searches not yet run time the base themselves", file=sys.stderr)
         todo = [(m, run_of(m, plan, out)) for m in models(plan)]
         runs = [run for _, run in todo]
         check_task(plan, runs)

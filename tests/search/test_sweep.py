@@ -133,7 +133,9 @@ def test_default_budgets_the_search_cannot_reach_are_left_out_with_a_note(
     assert sweep.main([*args, "--out", str(out)]) == 0
     plan = json.loads((out / "sweep.json").read_text())
     err = capsys.readouterr().err
-    low, high = (float(v) for v in re.search(r"budgets from ([\d.]+) to ([\d.]+) are reachable",
+    low, high = (float(v) for v in re.search(r"budgets from ([\d.]+) to ([\d.]+) of the base's "
+                                             r"measured time \(.* ms at batch 1, --base-ms\) "
+                                             r"are reachable",
                                              err).groups())
     assert 0.25 < low < 1 < high
     kept = [b for b in (0.125, 0.25, 0.5, 1.0) if b >= low]
