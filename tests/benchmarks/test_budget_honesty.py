@@ -201,3 +201,25 @@ def test_report_only_without_sweeps_writes_nothing(tmp_path: Path):
                           timeout=120)
     assert proc.returncode == 2 and "invocations.json cannot be read" in proc.stderr
     assert results.read_text() == "earlier report\n"
+
+
+def test_the_report_names_the_measured_base_a_latency_sweep_used(tmp_path: Path):
+    """A sweep that timed its base (--cost latency: sweep.json's base_ms) says so in the
+    report's list of sweeps; one without says nothing of it."""
+    out, results = tmp_path / "bh", tmp_path / "bh.md"
+    write_sweep(out, "ucr:GunPoint", gunpoint())
+    write_sweep(out, "digits", digits())
+    plan = {"learn": "KRWD", "search_flags": ["--cost", "latency"], "export_flags": [],
+            "base_grid": [[32, 4]], "base_ms": [0.25, 7.5]}
+    (out / "ucr-GunPoint" / S.PLAN).write_text(json.dumps(plan))
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--report-only", "--tasks",
+                           "ucr:GunPoint", "digits", "--out", str(out), "--results",
+                           str(results)], capture_output=True, text=True, cwd=tmp_path,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = results.read_text().splitlines()
+    gunpoint_sweep = next(ln for ln in lines if ln.startswith("- ucr:GunPoint: learn"))
+    digits_sweep = next(ln for ln in lines if ln.startswith("- digits: learn"))
+    assert gunpoint_sweep.endswith("; the searches' budgets a share of the base's measured "
+                                   "0.25 / 7.5 ms (sweep.json's base_ms).")
+    assert "base_ms" not in digits_sweep and digits_sweep.endswith("CPUs.")
