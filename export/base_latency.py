@@ -14,7 +14,10 @@ budget's batches, one thread, before training starts.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
+import sys
 from collections.abc import Sequence
 
 import onnx
@@ -71,8 +74,27 @@ def base_milliseconds(config: ModelConfig, batches: Sequence[int], threads: int 
             for b in batches]
 
 
-def base_time_note(batches: Sequence[int], times: Sequence[float]) -> str:
-    """The note a search or sweep prints about the base's measured time."""
-    at = ", ".join(f"{ms:.4g} ms at batch {b}" for b, ms in zip(batches, times))
-    return (f"note: the base network runs in {at} here (onnxruntime, 1 thread); the budget is "
-            f"a share of that (--base-ms pins it)")
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m export.base_latency --model JSON --batch 1 --batch 32``: prints
+    ``{"base_ms": [...]}``, the base's milliseconds at each batch (search.run's --cost latency
+    runs it in a process of its own)."""
+    parser = argparse.ArgumentParser(prog="python -m export.base_latency",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True,
+                        help="the model's config as JSON (config.json's \"model\")")
+    parser.add_argument("--batch", type=int, action="append", required=True,
+                        help="a batch size (repeatable)")
+    args = parser.parse_args(argv)
+    try:
+        config = ModelConfig(**json.loads(args.model))
+    except (ValueError, TypeError) as e:  # bad JSON, unknown or invalid fields
+        parser.error(f"--model: not a model config: {e}")
+    if min(args.batch) < 1:
+        parser.error(f"every --batch must be >= 1, got {args.batch}")
+    print(json.dumps({"base_ms": base_milliseconds(config, args.batch)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -127,9 +127,13 @@ def with_base_time(cfg: SearchConfig, mcfg, world) -> SearchConfig:
         return cfg
     times = None
     if world.rank == 0:
-        from export.base_latency import base_milliseconds, base_time_note
+        from .jobs import JobError, base_milliseconds, base_time_note
 
-        times = base_milliseconds(mcfg, cfg.latency_batch)
+        try:
+            times = base_milliseconds(mcfg, cfg.latency_batch)
+        except JobError as e:
+            raise UsageError(f"timing the base network for --cost latency: {e} (--base-ms "
+                             "gives its times instead)") from None
         print(base_time_note(cfg.latency_batch, times), file=sys.stderr)
     return dataclasses.replace(cfg, base_ms=distributed.broadcast(times, world))
 

@@ -41,6 +41,8 @@ from .jobs import (
     ROOT,
     JobError,
     Run,
+    base_milliseconds,
+    base_time_note,
     environment,
     execute,
     run_module,
@@ -205,9 +207,11 @@ def base_time(cfg: SweepConfig, search_flags: list[str]) -> list[float]:
         raise UsageError(f"--task {cfg.task}: {e}") from None
     except ValueError:  # a network over the limits: check_task says so, per model
         return []
-    from export.base_latency import base_milliseconds, base_time_note
-
-    times = base_milliseconds(mcfg, search.latency_batch)
+    try:
+        times = base_milliseconds(mcfg, search.latency_batch)
+    except JobError as e:
+        raise UsageError(f"timing the base network for --cost latency: {e} (--base-ms "
+                         "gives its times instead)") from None
     print(base_time_note(search.latency_batch, times), file=sys.stderr)
     return times
 

@@ -41,3 +41,22 @@ def test_the_base_is_timed_at_each_batch_without_touching_the_seeded_generator()
     times = base_milliseconds(config, [1, 64], repeats=8)
     assert len(times) == 2 and 0 < times[0] < times[1]
     assert torch.equal(torch.rand(4), expected)
+
+
+def test_the_command_prints_the_base_milliseconds_and_refuses_a_bad_config():
+    """``python -m export.base_latency``, as search.run runs it: one JSON line with a time per
+    batch; a config that is not one is one argparse error, exit 2."""
+    import json
+    import subprocess
+    import sys
+
+    model = ModelConfig(**CASES["1d"], depth=1, width=4, learn="KRWD").to_dict()
+    cmd = [sys.executable, "-m", "export.base_latency", "--model", json.dumps(model),
+           "--batch", "1", "--batch", "8"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    times = json.loads(proc.stdout)["base_ms"]
+    assert len(times) == 2 and all(t > 0 for t in times)
+    bad = subprocess.run([*cmd[:3], "--model", '{"width": 4}', "--batch", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--model: not a model config" in bad.stderr
