@@ -112,21 +112,20 @@ def run_module(module: str, *args: str) -> float:
 def base_milliseconds(mcfg, batches: list[int]) -> list[float]:
     """The base network's measured onnxruntime milliseconds at ``batches`` (``--cost
     latency``), by ``python -m export.base_latency`` in a process of its own: search and export
-    meet only through processes and files. Raises JobError when it fails."""
+    meet only through processes and files. Says them in a note; raises JobError (its message
+    for the user) when it fails."""
     cmd = [sys.executable, "-m", "export.base_latency", "--model", json.dumps(mcfg.to_dict()),
            *(f"--batch={b}" for b in batches)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=environment(), cwd=ROOT)
     if proc.returncode != 0:
-        raise JobError(f"python -m export.base_latency failed ({proc.returncode}): "
-                       f"{proc.stderr.strip()[-2000:]}")
-    return json.loads(proc.stdout)["base_ms"]
-
-
-def base_time_note(batches: list[int], times: list[float]) -> str:
-    """The note a search or sweep prints about the base's measured time."""
+        raise JobError(f"timing the base network for --cost latency: python -m "
+                       f"export.base_latency failed ({proc.returncode}): "
+                       f"{proc.stderr.strip()[-2000:]} (--base-ms gives its times instead)")
+    times = json.loads(proc.stdout)["base_ms"]
     at = ", ".join(f"{ms:.4g} ms at batch {b}" for b, ms in zip(batches, times))
-    return (f"note: the base network runs in {at} here (onnxruntime, 1 thread); the budget is "
-            f"a share of that (--base-ms pins it)")
+    print(f"note: the base network runs in {at} here (onnxruntime, 1 thread); the budget is a "
+          f"share of that (--base-ms pins it)", file=sys.stderr)
+    return times
 
 
 def execute(run: Run, timings: dict) -> dict:

@@ -127,14 +127,12 @@ def with_base_time(cfg: SearchConfig, mcfg, world) -> SearchConfig:
         return cfg
     times = None
     if world.rank == 0:
-        from .jobs import JobError, base_milliseconds, base_time_note
+        from .jobs import JobError, base_milliseconds
 
         try:
             times = base_milliseconds(mcfg, cfg.latency_batch)
         except JobError as e:
-            raise UsageError(f"timing the base network for --cost latency: {e} (--base-ms "
-                             "gives its times instead)") from None
-        print(base_time_note(cfg.latency_batch, times), file=sys.stderr)
+            raise UsageError(str(e)) from None
     return dataclasses.replace(cfg, base_ms=distributed.broadcast(times, world))
 
 

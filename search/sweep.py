@@ -42,7 +42,6 @@ from .jobs import (
     JobError,
     Run,
     base_milliseconds,
-    base_time_note,
     environment,
     execute,
     run_module,
@@ -208,12 +207,9 @@ def base_time(cfg: SweepConfig, search_flags: list[str]) -> list[float]:
     except ValueError:  # a network over the limits: check_task says so, per model
         return []
     try:
-        times = base_milliseconds(mcfg, search.latency_batch)
+        return base_milliseconds(mcfg, search.latency_batch)
     except JobError as e:
-        raise UsageError(f"timing the base network for --cost latency: {e} (--base-ms "
-                         "gives its times instead)") from None
-    print(base_time_note(search.latency_batch, times), file=sys.stderr)
-    return times
+        raise UsageError(str(e)) from None
 
 
 def planned_cost(plan: dict) -> str:
