@@ -74,7 +74,6 @@ def base_milliseconds(config: ModelConfig, batches: Sequence[int], threads: int 
             for b in batches]
 
 
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m export.base_latency --model JSON --batch 1 --batch 32``: prints
     ``{"base_ms": [...]}``, the base's milliseconds at each batch (search.run's --cost latency

@@ -125,15 +125,18 @@ def with_base_time(cfg: SearchConfig, mcfg, world) -> SearchConfig:
     if (cfg.cost != "latency" or cfg.base_ms or cfg.resume or mcfg.learn == "none"
             or not cfg.latency_table_here()):
         return cfg
-    times = None
+    timed = None  # (times, None) or (None, why it failed): every rank must leave the broadcast
     if world.rank == 0:
         from .jobs import JobError, base_milliseconds
 
         try:
-            times = base_milliseconds(mcfg, cfg.latency_batch)
+            timed = (base_milliseconds(mcfg, cfg.latency_batch), None)
         except JobError as e:
-            raise UsageError(str(e)) from None
-    return dataclasses.replace(cfg, base_ms=distributed.broadcast(times, world))
+            timed = (None, str(e))
+    times, failure = distributed.broadcast(timed, world)
+    if failure:
+        raise UsageError(failure)
+    return dataclasses.replace(cfg, base_ms=times)
 
 
 def note_learned(cfg: SearchConfig, task) -> None:

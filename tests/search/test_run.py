@@ -630,6 +630,29 @@ def test_another_machines_table_prices_the_base_too(monkeypatch):
         base_cost(mcfg, Units(elsewhere, 1)), rel=1e-12)
 
 
+def test_a_base_that_cannot_be_timed_is_one_usage_error(monkeypatch, local_latency_table):
+    """When timing the base fails, the search stops with the command's message and the way
+    around it (--base-ms), before anything is written."""
+    import search.config as C
+    import search.jobs as J
+    from dnarch_deploy.latency import LatencyTable
+    from search.distributed import World
+    from search.run import UsageError, with_base_time
+
+    here = LatencyTable.load(local_latency_table)
+    monkeypatch.setattr(C, "_latency_table", lambda path, batches: here)
+
+    def fails(mcfg, batches):
+        raise J.JobError("timing the base network for --cost latency: python -m "
+                         "export.base_latency failed (1): boom (--base-ms gives its times instead)")
+
+    monkeypatch.setattr(J, "base_milliseconds", fails)
+    cfg = SearchConfig(cost="latency", budget=0.5)
+    mcfg = ModelConfig(in_channels=1, out_channels=2, input_size=(150,), learn="KRWD")
+    with pytest.raises(UsageError, match=r"failed \(1\): boom \(--base-ms gives its times"):
+        with_base_time(cfg, mcfg, World(rank=0, size=1))
+
+
 def test_base_ms_pins_the_base_and_resume_keeps_it(tmp_path):
     """--base-ms gives the base's milliseconds instead of measuring them; a resumed run keeps
     the ones config.json saved, typed or measured, so its budget does not move."""
