@@ -22,6 +22,7 @@ Writes benchmarks/results/ucr_quality.md (and prints it).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import multiprocessing
@@ -64,7 +65,7 @@ def plan_runs(out: Path, tasks: list[str], seeds: int, variants: list[str],
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", task).strip("-")
         for seed in range(seeds):
             for variant in variants:
-                if variant == "base" and not task.startswith("ucr:"):  # images: LeNet stands in
+                if variant == "base" and not is_series(task):  # images: LeNet stands in
                     continue
                 learn = VARIANTS[variant]
                 flags = ["--task", task, "--seed", str(seed), *extra]
@@ -248,7 +249,7 @@ def fit_cnn(net, data: CNNData, steps: int, seed: int, lr: float = 1e-3,
 
 def peer(task: str, seed: int) -> tuple[str, float, float]:
     """(name, test accuracy, seconds) of the set's peer: MiniRocket on series, LeNet on images."""
-    if task.startswith("ucr:"):
+    if is_series(task):
         return ("MiniRocket", *minirocket(task, seed))
     return ("LeNet", *lenet(task, seed))
 
@@ -277,9 +278,21 @@ def in_own_process(job, *args):
         return pool.submit(_one_thread, job, *args).result()
 
 
+@functools.cache
+def is_series(task: str) -> bool:
+    """Classification of 1-D signals (the UCR/UEA sets, a user's ``npz:`` series, mnist1d): the
+    base CCNN, MiniRocket and the FCN run on it; images get the LeNet instead."""
+    if task.startswith("ucr:"):
+        return True
+    from search.tasks import load_task
+
+    loaded = load_task(task)
+    return loaded.kind == "classification" and not loaded.tokens and len(loaded.spatial) == 1
+
+
 def has_fcn(task: str) -> bool:
-    """The FCN peer runs on 1-D signals (the UCR/UEA sets); the images have the LeNet."""
-    return task.startswith("ucr:")
+    """The FCN peer runs on 1-D signals; the images have the LeNet."""
+    return is_series(task)
 
 
 def anchors(task: str) -> dict:

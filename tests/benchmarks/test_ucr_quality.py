@@ -109,6 +109,27 @@ def test_every_ucr_set_gets_its_base_and_the_images_do_not(tmp_path):
         ("ucr:UnitTest", "search"), ("ucr:UnitTest", "base"), ("digits", "search")]
 
 
+def test_a_users_npz_series_gets_the_series_peers_and_an_npz_image_the_lenet(tmp_path):
+    """A user's own arrays (``npz:``) are judged as their shape says: 1-D series get the base
+    CCNN, MiniRocket and the FCN, as the UCR/UEA sets do; images get the LeNet."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import ucr_quality as U
+
+    rng = np.random.default_rng(0)
+    for name, shape in (("series", (40, 1, 30)), ("images", (40, 1, 8, 8))):
+        np.savez(tmp_path / f"{name}.npz", x_train=rng.normal(size=shape).astype(np.float32),
+                 y_train=np.arange(40) % 2, x_test=rng.normal(size=shape).astype(np.float32),
+                 y_test=np.arange(40) % 2)
+    series, images = f"npz:{tmp_path / 'series.npz'}", f"npz:{tmp_path / 'images.npz'}"
+    runs = U.plan_runs(tmp_path, [series, images], 1, ["search", "base"], [])
+    assert [(r.key, r.variant) for r in runs] == [
+        (series, "search"), (series, "base"), (images, "search")]
+    assert U.has_fcn(series) and not U.has_fcn(images)
+    assert U.peer(series, 0)[0] == "MiniRocket"
+
+
 def test_the_report_counts_a_lead_inside_one_std_as_a_tie(tmp_path, monkeypatch):
     """'Ahead on N' counts the means; a lead counts as clear only beyond the larger std."""
     import argparse
