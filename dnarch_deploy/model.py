@@ -244,6 +244,13 @@ class ModelConfig:
         return d
 
 
+def kernel_energy(kernels: list[Tensor]) -> Tensor:
+    """The squared norm of each channel's sampled, masked kernel, averaged over a block's
+    channels and summed over the blocks (the reference CCNN's penalty on its kernels, as
+    sampled): ``kernels`` as :meth:`DNArch.kernels` gives them, (n_in, *taps) per block."""
+    return sum(k.flatten(1).square().sum(1).mean() for k in kernels)
+
+
 def block_macs(input_size: tuple[int, ...], resolution: tuple[int, ...], width: int) -> float:
     """The deployed MACs per sample (:func:`~dnarch_deploy.operators.block_operators`) of a block
     of ``width`` channels with R learned and a global kernel, at ``resolution``: cropped on the
@@ -753,8 +760,9 @@ class DNArch(nn.Module):
         plan = self.plan(full=full)
         return self.run(x, plan)
 
-    def run(self, x: Tensor, plan: Plan) -> Tensor:
-        """Forward pass for a given plan: (B, C_in, *S) -> (B, classes) or (B, C_out, *S)."""
+    def run(self, x: Tensor, plan: Plan, kernels: list[Tensor] | None = None) -> Tensor:
+        """Forward pass for a given plan: (B, C_in, *S) -> (B, classes) or (B, C_out, *S).
+        ``kernels``: the plan's kernels when the caller has them (:meth:`kernels`)."""
         if self.embed is not None:
             x = self.embed(x).movedim(-1, 1)  # (B, *S) ids -> (B, C_in, *S)
         elif self.config.input_norm == "sample":
@@ -766,7 +774,9 @@ class DNArch(nn.Module):
         h = F.gelu(self.enc_norm(_pointwise(x, self.enc_w[:s])))  # (B, s, *S)
         if plan.stream_mask is not None:
             h = h * plan.stream_mask.view(1, -1, *([1] * (h.dim() - 2)))
-        for p, kernel in zip(plan.blocks, self.kernels(plan)):
+        if kernels is None:
+            kernels = self.kernels(plan)
+        for p, kernel in zip(plan.blocks, kernels):
             h = self.blocks[p.index](h, p, kernel)
         if self.config.dense:
             y = _pointwise(h, self.dec_w[:, :s], self.dec_b)  # (B, C_out, *S)

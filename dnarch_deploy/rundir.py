@@ -64,7 +64,8 @@ TRAIN_FIELDS_BEFORE = {"pool": MODEL_FIELDS_BEFORE["pool"], "label_smoothing": 0
                        "crop_min_budget": 0.0,  # and at every budget
                        "jitter": 0.0, "mixup": 0.0, "block_norm": "input",
                        "base_ms": [],  # --cost latency priced the base from the table
-                       "kernel_floor": MODEL_FIELDS_BEFORE["kernel_floor"]}
+                       "kernel_floor": MODEL_FIELDS_BEFORE["kernel_floor"],
+                       "kernel_decay": 0.0}  # no penalty on the sampled kernels
 SUMMARY_KEYS = (
     "task", "learn", "metric_name", "test_metric", "complexity_ratio", "params", "macs",
     "wall_seconds",

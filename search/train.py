@@ -34,7 +34,7 @@ from dnarch_deploy import (
 )
 from dnarch_deploy import rundir as R
 from dnarch_deploy.cost import architecture_cost, architecture_params, limit_loss, model_params
-from dnarch_deploy.model import canonical_learn
+from dnarch_deploy.model import canonical_learn, kernel_energy
 
 from . import checkpoint, distributed
 from .augment import jitter, mixup, random_shift
@@ -477,7 +477,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             x, y = x[mine], y[mine]
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                 plan = model.plan()
-                out = model.run(x, plan)
+                kernels = model.kernels(plan)
+                out = model.run(x, plan, kernels)
             loss_obj = objective(model, out, y, smoothing)
             cost = model_cost(model, plan, units)["total"]
             now = scheduled_target(cfg, start, target, step, length.steps)
@@ -485,6 +486,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             if cfg.max_params:  # the second constraint, its own term beside the budget's
                 loss_comp = loss_comp + limit_loss(model_params(model, plan), cfg.max_params)
             loss = loss_obj + complexity_weight(cfg, step, length.steps) * loss_comp
+            if cfg.kernel_decay and kernels:
+                loss = loss + cfg.kernel_decay * kernel_energy(kernels)
             if not torch.isfinite(loss):
                 raise TrainingDiverged(
                     f"loss became {float(loss)} at epoch {epoch}, step {step} "

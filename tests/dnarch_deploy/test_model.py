@@ -336,6 +336,17 @@ def test_output_shape_and_forward_changes_no_state(case):
         assert torch.equal(v, before[k]), k
 
 
+def test_kernel_energy_is_the_mean_squared_norm_per_channel_summed_over_blocks():
+    """kernel_energy: per block the channels' squared norms averaged, the blocks summed; and
+    run() with the plan's kernels given is run() computing them."""
+    kernels = [torch.tensor([[3.0, 4.0], [0.0, 1.0]]), torch.full((3, 2, 2), 0.5)]
+    assert float(model_module.kernel_energy(kernels)) == pytest.approx((25 + 1) / 2 + 1.0)
+    model = tiny_model(0, learn="KRWD")
+    x, plan = inputs(model), model.plan()
+    torch.testing.assert_close(model.run(x, plan, model.kernels(plan)), model.run(x, plan),
+                               rtol=0, atol=0)
+
+
 def test_base_ccnn_has_no_masks():
     model = tiny_model(0, learn="none", input_size=(9, 12))
     assert model.mask_parameters() == []

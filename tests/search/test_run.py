@@ -233,6 +233,7 @@ def test_bad_input_gives_one_clear_message(tmp_path, capsys, main_here):
         (["--omega-0", "-1"], "--omega-0 must be >= 0 (0: automatic), got -1.0"),
         (["--mixup", "-0.2"], "--mixup must be >= 0 (0: off), got -0.2"),
         (["--jitter", "-0.1"], "--jitter must be >= 0 (0: off), got -0.1"),
+        (["--kernel-decay", "-0.01"], "--kernel-decay must be >= 0 (0: off), got -0.01"),
     ]
     out = tmp_path / "never"
     proc = run_search(*cases[0][0], "--out", str(out), check=False)
@@ -546,6 +547,26 @@ def test_summary_says_how_far_the_search_went(tiny_run):
     assert vs["depth"] == arch.depth and vs["base_depth"] == 1
     assert len(vs["resolution"]) == len(vs["kernel_size"]) == arch.depth
     assert vs["distance"] >= 0
+
+
+def test_kernel_decay_penalises_the_sampled_kernels(tmp_path):
+    """--kernel-decay adds its weight times the kernels' energy (model.kernel_energy) to the
+    training loss: the same seed with a strong weight ends with kernels of a fraction of the
+    energy, and its logged loss carries the term beside the objective's."""
+    from dnarch_deploy.model import kernel_energy
+
+    energies, gaps = {}, {}
+    for decay in ("0", "1"):
+        out = tmp_path / f"decay{decay}"
+        run_search(*TINY, "--lam", "0", "--kernel-decay", decay, "--out", str(out))
+        assert R.read_config(out)["train"]["kernel_decay"] == float(decay)
+        model = R.load_run(out, weights="last", with_task=False).model
+        with torch.no_grad():
+            energies[decay] = float(kernel_energy(model.kernels(model.plan())))
+        rows = [r for r in R.read_jsonl(out / R.METRICS) if r["split"] == "train"]
+        gaps[decay] = min(r["loss"] - r["loss_obj"] for r in rows)
+    assert energies["1"] < 0.5 * energies["0"], energies
+    assert gaps["0"] == pytest.approx(0.0, abs=1e-6) and gaps["1"] > 0, gaps
 
 
 def test_max_params_is_a_second_constraint_the_result_meets(tmp_path):
