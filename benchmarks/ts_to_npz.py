@@ -3,8 +3,8 @@
 The search reads a user's own data as ``--task npz:PATH`` (x_train, y_train, x_test, y_test).
 This turns a ``NAME_TRAIN.ts`` / ``NAME_TEST.ts`` pair, as the UCR/UEA archive and the aeon and
 sktime wheels ship them, into that file: series as (N, channels, length) float32, labels as
-0..K-1 in the training labels' order (numbers numerically). Only equal-length sets without
-missing values (aeon ships ``_eq`` versions of the unequal ones).
+0..K-1 in the sorted order of the training labels (numbers numerically). Only equal-length
+sets without missing values (aeon ships ``_eq`` versions of the unequal ones).
 
     pip download aeon==1.6.0 --no-deps -d /tmp/aeon && unzip -q /tmp/aeon/aeon-*.whl -d /tmp/aeon
     D=/tmp/aeon/aeon/datasets/data/PickupGestureWiimoteZ
@@ -22,10 +22,14 @@ from pathlib import Path
 import numpy as np
 
 
-def read_ts(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def read_ts(path: Path) -> tuple[np.ndarray, list[str]]:
     """(x (N, C, L) float32, labels as strings) of one ``.ts`` file; a ValueError names it."""
-    from sktime.datasets import load_from_tsfile
-
+    try:
+        from sktime.datasets import load_from_tsfile
+    except ImportError:
+        raise ValueError("reading .ts files needs sktime: pip install -e '.[data]'") from None
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
     try:
         x, y = load_from_tsfile(str(path), return_data_type="numpy3d")
     except Exception as e:  # sktime raises several kinds for unequal lengths and bad headers
@@ -45,6 +49,8 @@ def _label_order(label: str) -> tuple:
 
 def convert(train: Path, test: Path, out: Path) -> dict:
     """Write ``out`` (refusing to overwrite it) and return its shapes and classes."""
+    if out.suffix != ".npz":  # np.savez would add it, and --task npz: names the file as written
+        raise ValueError(f"{out}: the output must end in .npz")
     if out.exists():
         raise ValueError(f"{out}: exists; remove it or choose another name")
     x_train, y_train = read_ts(train)
@@ -57,8 +63,9 @@ def convert(train: Path, test: Path, out: Path) -> dict:
         raise ValueError(f"{train} and {test}: series of shapes {x_train.shape[1:]} and "
                          f"{x_test.shape[1:]}")
     index = {c: i for i, c in enumerate(classes)}
-    np.savez(out, x_train=x_train, y_train=np.array([index[c] for c in y_train]),
-             x_test=x_test, y_test=np.array([index[c] for c in y_test]))
+    with open(out, "xb") as f:  # "x": never over a file that appeared meanwhile
+        np.savez(f, x_train=x_train, y_train=np.array([index[c] for c in y_train]),
+                 x_test=x_test, y_test=np.array([index[c] for c in y_test]))
     return {"train": list(x_train.shape), "test": list(x_test.shape), "classes": classes}
 
 

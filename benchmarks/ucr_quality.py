@@ -1,17 +1,18 @@
 """Default search quality on every bundled set, against the tools a user would otherwise pick.
 
-For each UCR/UEA set (by default the bundled ones) and each seed, on the same split (the task's
+For each set of 1-D series (by default the bundled UCR/UEA ones; any UCR/UEA set, a user's
+``npz:`` series or mnist1d too: :func:`is_series`) and each seed, on the same split (the task's
 train/val/test):
 - the default search, `python -m search.run --task T --seed S`, no tuning flag (DNArch(K,R,W,D));
-- the base CCNN with the same recipe (`--learn none`; UCR/UEA sets, bundled or not);
+- the base CCNN with the same recipe (`--learn none`);
 - MiniRocket + a ridge classifier (sktime's transformer, fitted on train + val: no selection
   needed), timed here;
 - a plain 1-D CNN, the FCN of Wang et al. (2017), trained here on train + val (:func:`fcn`);
 - the published 1-NN (Euclidean) and InceptionTime figures of the task table (search/tasks/ucr.py).
-On the 2-D sets (mnist5k, digits) a LeNet-style CNN trained here on the same split stands in for
-the peers. Runs are real `search.run` processes, two at a time, one thread each, reused when their
-run directory is complete (search_quality.py's machinery); each peer fit is a process of its own
-too (:func:`in_own_process`), and cached in the --out directory.
+On images (mnist5k, digits, a user's ``npz:`` images) a LeNet-style CNN trained here on the
+same split stands in for the peers. Runs are real `search.run` processes, two at a time, one
+thread each, reused when their run directory is complete (search_quality.py's machinery); each
+peer fit is a process of its own too (:func:`in_own_process`), and cached in the --out directory.
 
     python benchmarks/ucr_quality.py --seeds 3                      # the table in README
     python benchmarks/ucr_quality.py --tasks ucr:GunPoint --seeds 1 --out /tmp/uq   # one set

@@ -246,9 +246,15 @@ class ModelConfig:
 
 def kernel_energy(kernels: list[Tensor]) -> Tensor:
     """The squared norm of each channel's sampled, masked kernel, averaged over a block's
-    channels and summed over the blocks (the reference CCNN's penalty on its kernels, as
-    sampled): ``kernels`` as :meth:`DNArch.kernels` gives them, (n_in, *taps) per block."""
-    return sum(k.flatten(1).square().sum(1).mean() for k in kernels)
+    channels and summed over the blocks, in float32 (under autocast the kernel network's output
+    is bfloat16): ``kernels`` as :meth:`DNArch.kernels` gives them, (n_in, *taps) per block.
+    A penalty modelled on the reference CCNN's, which adds the plain L2 norm of each whole
+    kernel tensor (and of every other weight)."""
+    if not kernels:
+        return torch.zeros(())
+    # summed in block order, one block after the other (a stack's sum differs in the last bit,
+    # and the benchmark runs were trained with this order)
+    return sum(k.float().flatten(1).square().sum(1).mean() for k in kernels)
 
 
 def block_macs(input_size: tuple[int, ...], resolution: tuple[int, ...], width: int) -> float:
@@ -776,7 +782,7 @@ class DNArch(nn.Module):
             h = h * plan.stream_mask.view(1, -1, *([1] * (h.dim() - 2)))
         if kernels is None:
             kernels = self.kernels(plan)
-        for p, kernel in zip(plan.blocks, kernels):
+        for p, kernel in zip(plan.blocks, kernels, strict=True):
             h = self.blocks[p.index](h, p, kernel)
         if self.config.dense:
             y = _pointwise(h, self.dec_w[:, :s], self.dec_b)  # (B, C_out, *S)

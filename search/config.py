@@ -190,7 +190,8 @@ class SearchConfig:
     lr: float = _f(0.01, "learning rate of the network weights")
     mask_lr: float = _f(0.01, "learning rate of the mask parameters (no weight decay)")
     weight_decay: float = _f(0.01, "AdamW weight decay of the network weights")
-    # The reference CCNN's penalty on its sampled kernels (it decays no kernel-network weight).
+    # Modelled on the reference CCNN's penalty on its sampled kernels (there the plain L2 norm of
+    # each whole kernel tensor, beside every other weight's; it decays no kernel-network weight).
     # 0.01 put the seed spread of ArrowHead, OSULeaf and ACSF1 under 0.01 at tied means, but
     # lowered both sets the defaults never saw (PickupGestureWiimoteZ 0.800 -> 0.712, UnitTest
     # 0.818 -> 0.788), so it is off (benchmarks/results/ucr_quality_kernel_trials.md).

@@ -486,8 +486,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             if cfg.max_params:  # the second constraint, its own term beside the budget's
                 loss_comp = loss_comp + limit_loss(model_params(model, plan), cfg.max_params)
             loss = loss_obj + complexity_weight(cfg, step, length.steps) * loss_comp
-            if cfg.kernel_decay and kernels:
-                loss = loss + cfg.kernel_decay * kernel_energy(kernels)
+            if cfg.kernel_decay:
+                loss = loss + cfg.kernel_decay * kernel_energy(kernels).to(loss.device)
             if not torch.isfinite(loss):
                 raise TrainingDiverged(
                     f"loss became {float(loss)} at epoch {epoch}, step {step} "

@@ -54,5 +54,9 @@ def test_bad_input_is_one_error_line_and_nothing_is_overwritten(tmp_path):
     proc = run(train, train, out)
     assert proc.returncode == 2 and "exists" in proc.stderr and out.read_bytes() == b"keep me"
     proc = run(tmp_path / "missing.ts", test, tmp_path / "b.npz")
-    assert proc.returncode == 2 and "missing.ts" in proc.stderr
+    assert proc.returncode == 2 and "missing.ts: no such file" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+    (tmp_path / "c.npz").write_bytes(b"keep me too")  # np.savez would add .npz to "c"
+    proc = run(train, train, tmp_path / "c")
+    assert proc.returncode == 2 and "must end in .npz" in proc.stderr
+    assert (tmp_path / "c.npz").read_bytes() == b"keep me too" and not (tmp_path / "c").exists()

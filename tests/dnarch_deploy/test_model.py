@@ -341,10 +341,15 @@ def test_kernel_energy_is_the_mean_squared_norm_per_channel_summed_over_blocks()
     run() with the plan's kernels given is run() computing them."""
     kernels = [torch.tensor([[3.0, 4.0], [0.0, 1.0]]), torch.full((3, 2, 2), 0.5)]
     assert float(model_module.kernel_energy(kernels)) == pytest.approx((25 + 1) / 2 + 1.0)
+    assert float(model_module.kernel_energy([])) == 0.0  # no block runs
     model = tiny_model(0, learn="KRWD")
     x, plan = inputs(model), model.plan()
-    torch.testing.assert_close(model.run(x, plan, model.kernels(plan)), model.run(x, plan),
-                               rtol=0, atol=0)
+    given = model.kernels(plan)
+    torch.testing.assert_close(model.run(x, plan, given), model.run(x, plan), rtol=0, atol=0)
+    doubled = model.run(x, plan, [2 * k for k in given])  # the given kernels are the ones used
+    assert (doubled - model.run(x, plan)).abs().max() > 1e-3
+    with pytest.raises(ValueError):  # another plan's kernels: one per block, or an error
+        model.run(x, plan, given[:-1])
 
 
 def test_base_ccnn_has_no_masks():

@@ -40,6 +40,19 @@ def test_a_flag_resolved_per_task_agrees_with_the_value_the_run_trained_with(tin
     assert saved_differences(job(given)) == ["shift: saved 0.3, wanted None"]
 
 
+def test_a_run_from_before_kernel_decay_reads_as_trained_without_it(tiny_run, tmp_path):
+    """A run written before --kernel-decay existed trained without the penalty: it is the job
+    of --kernel-decay 0, the default, and not of any other weight."""
+    old = tmp_path / "old"
+    shutil.copytree(tiny_run, old)
+    config = json.loads((old / R.CONFIG).read_text())
+    del config["train"]["kernel_decay"]
+    (old / R.CONFIG).write_text(json.dumps(config))
+    assert saved_differences(job(old)) == []
+    assert saved_differences(job(old, "--kernel-decay", "0.01")) == [
+        "kernel_decay: saved 0.0, wanted 0.01"]
+
+
 def test_a_run_from_before_jitter_reads_as_trained_without_it(tiny_run, tmp_path):
     """A run written before --jitter existed trained without it: it is the job of --jitter 0,
     not of the small-set default (0.1 on GunPoint)."""
