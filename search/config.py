@@ -192,7 +192,7 @@ class SearchConfig:
     weight_decay: float = _f(0.01, "AdamW weight decay of the network weights")
     # Modelled on the reference CCNN's penalty on its sampled kernels (there the plain L2 norm of
     # each whole kernel tensor, beside every other weight's; it decays no kernel-network weight).
-    # 0.01 put the seed spread of ArrowHead, OSULeaf and ACSF1 under 0.01 at tied means, but
+    # At 0.01 it tied the default on ArrowHead, OSULeaf, ACSF1 and four short bundled sets and
     # lowered both sets the defaults never saw (PickupGestureWiimoteZ 0.800 -> 0.712, UnitTest
     # 0.818 -> 0.788), so it is off (benchmarks/results/ucr_quality_kernel_trials.md).
     kernel_decay: float = _f(0.0, "weight of a penalty on the kernels: each block's sampled, "
