@@ -280,14 +280,20 @@ def in_own_process(job, *args):
 
 
 @functools.cache
+def task_at_seed_0(task: str):
+    """The task loaded once per process at seed 0, for what does not depend on the seed (its
+    shape, its test split's size); a wrong name raises TaskError."""
+    from search.tasks import load_task
+
+    return load_task(task, seed=0)
+
+
 def is_series(task: str) -> bool:
     """Classification of 1-D signals (the UCR/UEA sets, a user's ``npz:`` series, mnist1d): the
     base CCNN, MiniRocket and the FCN run on it; images get the LeNet instead."""
     if task.startswith("ucr:"):
         return True
-    from search.tasks import load_task
-
-    loaded = load_task(task)
+    loaded = task_at_seed_0(task)
     return loaded.kind == "classification" and not loaded.tokens and len(loaded.spatial) == 1
 
 
@@ -449,11 +455,11 @@ def main() -> int:
         parser.error(f"--fcn-width must be at least 1, got {args.fcn_width}")
     if not args.no_peer and importlib.util.find_spec("numba") is None:
         parser.error("MiniRocket needs numba: pip install -e '.[bench]' (or pass --no-peer)")
-    from dnarch_deploy.tasks import TaskError, load_task
+    from dnarch_deploy.tasks import TaskError
 
     for task in args.tasks:  # a wrong name: one message before any directory or report is made
         try:
-            load_task(task, seed=0)
+            task_at_seed_0(task)
         except TaskError as e:
             parser.error(str(e))
     out = Path(args.out).resolve()
@@ -514,9 +520,6 @@ def main() -> int:
     return 1 if failed else 0
 
 
-_SIZES: dict[str, int] = {}
-
-
 def _last_train_loss(run_dir: Path) -> float | None:
     """The training objective of the run's last round (metrics.jsonl), None if it has none."""
     rows = [r for r in read_jsonl(run_dir / METRICS) if r["split"] == "train"]
@@ -530,11 +533,7 @@ def fmt_loss(result: dict) -> str:
 
 def _test_series(task: str) -> int:
     """Test series in the task's split."""
-    if task not in _SIZES:
-        from search.tasks import load_task
-
-        _SIZES[task] = len(load_task(task, seed=0).y_test)
-    return _SIZES[task]
+    return len(task_at_seed_0(task).y_test)
 
 
 if __name__ == "__main__":
