@@ -41,9 +41,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dnarch_deploy import DNArch, ModelConfig  # noqa: E402
+from dnarch_deploy.calibration import calibrate  # noqa: E402
 from dnarch_deploy.operators import conv_by_cost, conv_macs, conv_tactics  # noqa: E402
 from dnarch_deploy.spectral import direct_conv  # noqa: E402
-from export.calibration import calibrate  # noqa: E402
 from export.emit import to_onnx  # noqa: E402
 from export.lowering import lower  # noqa: E402
 from export.policy import cheapest, resample_tactics_by_cost, tactic_costs  # noqa: E402

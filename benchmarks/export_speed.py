@@ -54,12 +54,12 @@ import torch
 
 from dnarch_deploy import DNArch, ModelConfig
 from dnarch_deploy import masks as M
+from dnarch_deploy.calibration import calibrate, task_batches
 from dnarch_deploy.cli import add_fields
 from dnarch_deploy.operators import conv_tactics
 from dnarch_deploy.rundir import RunError, load_run
 from dnarch_deploy.spectral import fft_conv
 from export.bench import theoretical_costs
-from export.calibration import calibrate, task_batches
 from export.emit import to_onnx
 from export.latency_table import writable
 from export.lowering import lower

@@ -18,7 +18,8 @@ interleaved repetitions (base, init, half, ..., base, init, ...), median of N:
     python benchmarks/model_step.py            # writes benchmarks/results/model_step.md
     python benchmarks/model_step.py --quick    # a fast sanity run (nothing written)
 
-Targets (reported, not asserted): init step <= 1.15x base; half-cost step <= 0.7x base.
+Targets (reported, not asserted): init step <= 1.05x base (the budget issue: the search may not
+slow the training step by more than 5 % at the base size); half-cost step <= 0.7x base.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from dnarch_deploy import masks as M
 from search.train import flush_denormals
 
 RESULTS = Path(__file__).parent / "results" / "model_step.md"
-TARGETS = {"init": 1.15, "half": 0.7}
+TARGETS = {"init": 1.05, "half": 0.7}
 SHAPES = {  # name: (input_size, in_channels, classes)
     "1-D L=784": ((784,), 1, 10),  # sequential MNIST
     "2-D 28x28": ((28, 28), 1, 10),  # MNIST

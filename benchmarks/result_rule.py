@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from dnarch_deploy import rundir as R  # noqa: E402
-from search.train import evaluate, split_tensors  # noqa: E402
+from search.train import evaluate, evaluate_shipped, split_tensors  # noqa: E402
 
 
 def compare(run_dir: Path) -> dict:
@@ -45,9 +45,12 @@ def compare(run_dir: Path) -> dict:
         row["last"] = None
     else:
         run = R.load_run(run_dir, weights="last")
+        # scored as the run scored its result: the shipped network's metric since runs record
+        # the batch-statistics one beside it, that one before
+        score = evaluate_shipped if "test_metric_batch_statistics" in summary else evaluate
         with torch.no_grad():
-            row["last"] = evaluate(run.model, split_tensors(run.task, "test"), run.task,
-                                   run.config["train"]["eval_batch_size"])[1]
+            row["last"] = score(run.model, split_tensors(run.task, "test"), run.task,
+                                run.config["train"]["eval_batch_size"])[1]
     return row
 
 

@@ -23,7 +23,7 @@ _EXPORTS = {
     "ExportOptions": "pipeline",
     "backend_compatibility": "verify",
     "benchmark": "bench",
-    "calibrate": "calibration",
+    "calibrate": "dnarch_deploy.calibration",
     "check_onnx": "verify",
     "choose_lowering": "policy",
     "choose_tactics": "policy",
@@ -43,5 +43,7 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        module = _EXPORTS[name]  # a stage of this package, or one it shares with the search
+        return getattr(importlib.import_module(module if "." in module else f".{module}",
+                                               __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

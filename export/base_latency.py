@@ -24,8 +24,8 @@ import onnx
 import torch
 
 from dnarch_deploy import Architecture, DNArch, ModelConfig
+from dnarch_deploy.calibration import calibrate
 
-from .calibration import calibrate
 from .emit import to_onnx
 from .lowering import lower
 from .pipeline import ExportOptions

@@ -26,7 +26,8 @@ import onnx
 import onnxruntime
 import torch
 
-from dnarch_deploy import DNArch
+from dnarch_deploy import DNArch, calibration
+from dnarch_deploy.calibration import calibrate, task_batches
 from dnarch_deploy.io import atomic_write_text, process_alive
 from dnarch_deploy.latency import DEFAULT_BATCHES
 from dnarch_deploy.rundir import EXPORT, RunError, check_data, load_run
@@ -42,7 +43,6 @@ from .artifacts import (
     VERSION,
 )
 from .bench import benchmark, theoretical_costs
-from .calibration import calibrate, task_batches
 from .emit import OPSET, write_aoti, write_pt2, write_torchscript
 from .lowering import lower
 from .policy import choose_lowering
@@ -70,8 +70,8 @@ class ExportOptions:
     tactic: str | None = None  # force one tactic for every block (benchmarks, debugging)
     torchscript: bool = True  # also write the legacy TorchScript model.ts
     aoti: bool = False  # also compile an AOTInductor package (tens of seconds)
-    calibration_samples: int = 1024  # training inputs for BatchNorm statistics
-    batch_size: int = 64  # calibration and verification batch size
+    calibration_samples: int = calibration.SAMPLES  # training inputs for BatchNorm statistics
+    batch_size: int = calibration.BATCH  # calibration and verification batch size
     test_samples: int = 256  # test inputs for the equivalence check
     tolerance: float = TOLERANCE  # max relative error allowed at every stage
     batch: list[int] = field(default=None, metadata={"help": (

@@ -9,6 +9,7 @@ uninterrupted one.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import os
@@ -33,6 +34,7 @@ from dnarch_deploy import (
     model_cost,
 )
 from dnarch_deploy import rundir as R
+from dnarch_deploy.calibration import calibrate, task_batches
 from dnarch_deploy.cost import architecture_cost, architecture_params, limit_loss, model_params
 from dnarch_deploy.model import canonical_learn, kernel_energy
 
@@ -319,6 +321,17 @@ def evaluate(model: DNArch, data: Batches, task, batch_size: int) -> tuple[float
 
 
 @torch.no_grad()
+def evaluate_shipped(model: DNArch, data: Batches, task, batch_size: int) -> tuple[float, float]:
+    """(objective loss, task metric) of the network export ships: a copy of ``model`` with its
+    BatchNorm set to population statistics of the training inputs, as export's first stage
+    sets them (dnarch_deploy.calibration). Each sample is then scored on its own, not by the
+    statistics of the evaluation batch it came in (:func:`evaluate`)."""
+    train = split_tensors(task, "train", next(model.parameters()).device)
+    shipped = calibrate(copy.deepcopy(model), task_batches(train.x), show_progress=False)
+    return evaluate(shipped, data, task, batch_size)
+
+
+@torch.no_grad()
 def complexity_ratio(model: DNArch, target: float, units) -> float:
     return float(model_cost(model, units=units)["total"]) / target
 
@@ -575,17 +588,23 @@ def train_with_restarts(cfg: SearchConfig, run_dir: Path, task) -> dict:
 
 def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: float,
            best_epoch: int, wall: float, length, restarts) -> dict:
-    """Evaluate the best validation epoch on the test split; write architecture.json and
-    summary.json (the run's result: weights, architecture and metrics of that epoch)."""
+    """Score the best validation epoch's network on the test split as export ships it; write
+    architecture.json and summary.json (the run's result: weights, architecture and metrics of
+    that epoch)."""
     checkpoint.load_weights_into(model, run_dir / R.BEST_WEIGHTS)
     arch = describe(model, epoch=best_epoch)
-    test_loss, test_metric = evaluate(model, test_set, task, cfg.eval_batch_size)
+    # the test metric is the shipped network's; beside it, the one the search's own evaluation
+    # gives (BatchNorm on each test batch's statistics, as validation is scored)
+    test_loss, test_metric = evaluate_shipped(model, test_set, task, cfg.eval_batch_size)
+    batch_loss, batch_metric = evaluate(model, test_set, task, cfg.eval_batch_size)
     units = cfg.cost_units(model.config)
     ratio = complexity_ratio(model, target, units)
     arch.save(run_dir / R.ARCHITECTURE)
     summary = {
         "task": cfg.task, "learn": model.config.learn, "metric_name": task.metric_name,
-        "test_metric": test_metric, "test_loss": test_loss, "best_epoch": best_epoch,
+        "test_metric": test_metric, "test_loss": test_loss,
+        "test_metric_batch_statistics": batch_metric, "test_loss_batch_statistics": batch_loss,
+        "best_epoch": best_epoch,
         "complexity_ratio": ratio, "budget": cfg.budget, "cost_unit": units.name,
         "target": target, "target_macs": cfg.budget * base_cost(model.config),
         "within_budget": within_budget(cfg, ratio, arch), "max_params": cfg.max_params,
@@ -598,6 +617,7 @@ def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: f
     append_jsonl(run_dir / R.METRICS, {"step": None, "epoch": best_epoch, "split": "test",
                                        "loss": test_loss, task.metric_name: test_metric,
                                        "metric": test_metric, "complexity_ratio": ratio,
+                                       "metric_batch_statistics": batch_metric,
                                        "seconds": wall})
     write_json(run_dir / R.SUMMARY, summary)
     return summary

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from export.calibration import RunningMoments, calibrate, norms_in_use
+from dnarch_deploy.calibration import RunningMoments, calibrate, norms_in_use
 
 from .export_cases import random_input, random_model
 

@@ -63,3 +63,17 @@ def test_cli_bad_input_one_message(exported_run, tmp_path, capsys):
     assert len(proc.stderr.strip().splitlines()) == 1
     assert main([str(tmp_path), "--input", x]) != 0
     assert "architecture.json: not found" in capsys.readouterr().err
+
+
+def test_the_reported_test_metric_is_the_exported_networks(exported_run):
+    """summary.json's test accuracy is what the shipped ONNX model scores on the whole test
+    split (BatchNorm calibrated as export calibrates it), not the search's batch-statistics
+    figure, which it records beside it."""
+    from dnarch_deploy import rundir as R
+
+    run = R.load_run(exported_run)
+    logits = predict(exported_run / "export", np.asarray(run.task.x_test))
+    accuracy = float((logits.argmax(-1) == np.asarray(run.task.y_test)).mean())
+    summary = R.read_summary(exported_run)
+    assert summary["test_metric"] == pytest.approx(accuracy, abs=1e-12)
+    assert 0.0 <= summary["test_metric_batch_statistics"] <= 1.0

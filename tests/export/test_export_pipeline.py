@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from dnarch_deploy import Architecture, DNArch, ModelConfig
+from dnarch_deploy.calibration import calibrate
 from dnarch_deploy.cost import architecture_cost
 from dnarch_deploy.rundir import RunError, read_report
-from export.calibration import calibrate
 from export.onnx import main
 from export.pipeline import ExportOptions, export_model, export_run
 from export.policy import choose_tactics, least_regret

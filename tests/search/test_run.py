@@ -569,6 +569,19 @@ def test_kernel_decay_penalises_the_sampled_kernels(tmp_path):
     assert gaps["0"] == pytest.approx(0.0, abs=1e-6) and gaps["1"] > 0, gaps
 
 
+def test_the_shipped_score_does_not_depend_on_how_the_test_split_is_batched(tiny_run):
+    """evaluate_shipped scores each sample alone (population statistics), so the evaluation
+    batch size cannot move it, and it is what summary.json reports."""
+    from search.train import evaluate_shipped, split_tensors
+
+    run = R.load_run(tiny_run)
+    test = split_tensors(run.task, "test")
+    scores = {b: evaluate_shipped(run.model, test, run.task, b) for b in (7, 64, 150)}
+    assert scores[7] == pytest.approx(scores[150], rel=1e-6)
+    assert scores[64] == pytest.approx(scores[150], rel=1e-6)
+    assert scores[64][1] == R.read_summary(tiny_run)["test_metric"]
+
+
 def test_max_params_is_a_second_constraint_the_result_meets(tmp_path):
     """--max-params below the starting network's count: the search shrinks it under the limit
     (a term beside the budget's), the result meets it, summary.json says so. (Resolution is not

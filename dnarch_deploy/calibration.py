@@ -1,4 +1,5 @@
-"""Stage 1: BatchNorm population statistics for the final architecture.
+"""BatchNorm population statistics for the final architecture (export's stage 1; the search
+scores its result with them too, so the test metric it reports is the shipped network's).
 
 The search normalises with batch statistics (paper appendix E), so the running buffers mean nothing
 for the network the masks describe at the end. Calibration sets, for every Norm in use, the exact
@@ -11,15 +12,17 @@ norm being calibrated). The encoder norm sees the stream ``[:, :plan.stream]``; 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
+from tqdm import tqdm
 
-from dnarch_deploy import DNArch
-from dnarch_deploy.model import Norm
+from .model import DNArch, Norm
 
-from .timing import progress
+SAMPLES = 1024  # training inputs the statistics are taken over (the first ones)
+BATCH = 64  # calibration batch size (moments merge in float64: it changes memory, not results)
 
 
 class _Stop(Exception):
@@ -90,7 +93,8 @@ def calibrate(model: DNArch, batches: Iterable[Tensor], show_progress: bool = Tr
     norms = norms_in_use(model)
     for norm in norms:  # statistics of uncalibrated norms must not leak into later ones
         norm.calibrated.fill_(False)
-    for norm in progress(norms, desc="calibrate BatchNorm", disable=not show_progress):
+    for norm in tqdm(norms, desc="calibrate BatchNorm", leave=False,
+                     disable=not show_progress or bool(os.environ.get("CI"))):
         moments = input_moments(model, norm, batches)
         n = moments.mean.numel()
         norm.running_mean[:n] = moments.mean.to(norm.running_mean.dtype)
@@ -99,7 +103,7 @@ def calibrate(model: DNArch, batches: Iterable[Tensor], show_progress: bool = Tr
     return model
 
 
-def task_batches(x, batch_size: int = 64, limit: int | None = 1024) -> list[Tensor]:
+def task_batches(x, batch_size: int = BATCH, limit: int | None = SAMPLES) -> list[Tensor]:
     """Calibration batches from an array of raw inputs (a task's x_train)."""
     x = torch.as_tensor(x[:limit] if limit else x)
     return list(torch.split(x, batch_size))
