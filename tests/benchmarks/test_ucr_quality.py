@@ -87,6 +87,7 @@ def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
     results = {r.run_dir: {"test_metric": acc, "best_epoch": epoch, "wall_seconds": 10.0,
                            "train_loss": loss}
                for r, acc, epoch, loss in zip(runs, (0.9867, 0.5), (49, 4), (0.0123, None))}
+    results[runs[0].run_dir]["test_metric_batch_statistics"] = 0.9733  # an older run has none
     fcns = {("ucr:GunPoint", 0): ["FCN", 0.98, 30.0], ("ucr:GunPoint", 1): ["FCN", 0.96, 34.0]}
     text = U.report(args, runs, results, {}, fcns, 1.0)
     assert "| ucr:GunPoint | 150 | – | 0.743 ± 0.344 |" in text  # the rows' mean ± std
@@ -94,8 +95,8 @@ def test_the_report_lists_every_run_with_its_chosen_round(tmp_path):
     assert "| 32 ± 3 |" in text  # the FCN's seconds a run
     assert "- Mean of the base CCNN over its 1 set: 0.743." in text
     rows = text.split("## Every run")[1]
-    assert "| ucr:GunPoint | base | 0 | 0.987 | 49 | 0.012 |" in rows
-    assert "| ucr:GunPoint | base | 1 | 0.500 | 4 | – |" in rows  # a run with no training round
+    assert "| ucr:GunPoint | base | 0 | 0.987 | 0.973 | 49 | 0.012 |" in rows
+    assert "| ucr:GunPoint | base | 1 | 0.500 | – | 4 | – |" in rows  # no training round
 
 
 def test_every_ucr_set_gets_its_base_and_the_images_do_not(tmp_path):
