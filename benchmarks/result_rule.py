@@ -47,7 +47,7 @@ def compare(run_dir: Path) -> dict:
         run = R.load_run(run_dir, weights="last")
         # scored as the run scored its result: the shipped network's metric since runs record
         # the batch-statistics one beside it, that one before
-        score = evaluate_shipped if "test_metric_batch_statistics" in summary else evaluate
+        score = evaluate_shipped if R.scored_as_shipped(summary) else evaluate
         with torch.no_grad():
             row["last"] = score(run.model, split_tensors(run.task, "test"), run.task,
                                 run.config["train"]["eval_batch_size"])[1]

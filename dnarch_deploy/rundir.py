@@ -189,6 +189,13 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
     return read_json(Path(run_dir) / SUMMARY, SUMMARY_KEYS, within=run_dir)
 
 
+def scored_as_shipped(summary: dict[str, Any]) -> bool:
+    """Is the summary's test metric the shipped network's (BatchNorm calibrated on the training
+    inputs)? Runs written before recorded the batch-statistics one alone (python -m
+    search.rescore rescores them)."""
+    return "test_metric_batch_statistics" in summary
+
+
 def read_architecture(run_dir: str | Path) -> Architecture:
     path = Path(run_dir) / ARCHITECTURE
     return Architecture.from_dict(read_json(path, within=run_dir), where=str(path))

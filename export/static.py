@@ -217,7 +217,8 @@ def norm_affine(norm: Norm, weight: Tensor, bias: Tensor) -> tuple[Tensor, Tenso
     """(a, c) in float64 with ``norm(x, weight=weight, bias=bias) == a * x + c`` per channel, for
     the first ``len(weight)`` channels (population statistics)."""
     if not bool(norm.calibrated):
-        raise ValueError("BatchNorm is not calibrated: run export.calibration first")
+        raise ValueError("BatchNorm is not calibrated: run dnarch_deploy.calibration.calibrate "
+                         "first")
     n = weight.numel()
     a = weight.double() / torch.sqrt(norm.running_var[:n].double() + norm.eps)
     return a, bias.double() - norm.running_mean[:n].double() * a

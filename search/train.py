@@ -325,9 +325,12 @@ def evaluate_shipped(model: DNArch, data: Batches, task, batch_size: int) -> tup
     """(objective loss, task metric) of the network export ships: a copy of ``model`` with its
     BatchNorm set to population statistics of the training inputs, as export's first stage
     sets them (dnarch_deploy.calibration). Each sample is then scored on its own, not by the
-    statistics of the evaluation batch it came in (:func:`evaluate`)."""
-    train = split_tensors(task, "train", next(model.parameters()).device)
-    shipped = calibrate(copy.deepcopy(model), task_batches(train.x), show_progress=False)
+    statistics of the evaluation batch it came in (:func:`evaluate`). On a GPU the statistics
+    come from a GPU forward pass, export's from a CPU one: equal to float32 rounding."""
+    device = next(model.parameters()).device
+    x = split_tensors(task, "train").x  # on the CPU: only the first calibration.SAMPLES move
+    shipped = calibrate(copy.deepcopy(model), [b.to(device) for b in task_batches(x)],
+                        show_progress=False)
     return evaluate(shipped, data, task, batch_size)
 
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from dnarch_deploy import rundir as R
-from search.jobs import JobError, Run, check_saved, saved_differences
+from search.jobs import JobError, Run, check_saved, execute, saved_differences
 
 from .conftest import TINY
 
@@ -96,3 +96,36 @@ def test_a_run_from_before_crop_min_budget_reads_as_learning_r_at_every_budget(t
     config["model"]["input_size"] = [8]
     (old / R.CONFIG).write_text(json.dumps(config))
     assert saved_differences(job(old, "--budget", "0.5", "--crop-min-budget", "0")) == []
+
+
+def as_written_before_shipped_scores(run_dir):
+    """Make a run's records look as runs before the shipped test metric wrote them: the
+    batch-statistics figures as the test metric, and no field beside them."""
+    summary = json.loads((run_dir / R.SUMMARY).read_text())
+    summary["test_metric"] = summary.pop("test_metric_batch_statistics")
+    summary["test_loss"] = summary.pop("test_loss_batch_statistics")
+    (run_dir / R.SUMMARY).write_text(json.dumps(summary))
+    rows = [json.loads(line) for line in (run_dir / R.METRICS).read_text().splitlines()]
+    for row in rows:
+        if row["split"] == "test":
+            row["metric"] = row["accuracy"] = row.pop("metric_batch_statistics")
+    (run_dir / R.METRICS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return summary
+
+
+def test_a_reused_run_from_before_is_rescored_as_shipped(tiny_run, tmp_path):
+    """A finished run whose test metric is the batch-statistics one is rescored when a job
+    reuses it (python -m search.rescore), so it averages with new runs; nothing trains."""
+    old = tmp_path / "old"
+    shutil.copytree(tiny_run, old)
+    new = R.read_summary(tiny_run)
+    before = as_written_before_shipped_scores(old)
+    timings = {}
+    summary = execute(job(old), timings)
+    assert timings == {}  # reused, not trained
+    assert summary["test_metric"] == new["test_metric"]
+    assert summary["test_loss"] == pytest.approx(new["test_loss"], rel=1e-6)
+    assert summary["test_metric_batch_statistics"] == before["test_metric"]
+    test_row = [r for r in R.read_jsonl(old / R.METRICS) if r["split"] == "test"]
+    assert [r["metric"] for r in test_row] == [new["test_metric"]]
+    assert [r["metric_batch_statistics"] for r in test_row] == [before["test_metric"]]

@@ -579,7 +579,10 @@ def test_the_shipped_score_does_not_depend_on_how_the_test_split_is_batched(tiny
     scores = {b: evaluate_shipped(run.model, test, run.task, b) for b in (7, 64, 150)}
     assert scores[7] == pytest.approx(scores[150], rel=1e-6)
     assert scores[64] == pytest.approx(scores[150], rel=1e-6)
-    assert scores[64][1] == R.read_summary(tiny_run)["test_metric"]
+    summary = R.read_summary(tiny_run)
+    assert scores[64][1] == summary["test_metric"]
+    assert scores[64][0] == pytest.approx(summary["test_loss"], rel=1e-6)
+    assert summary["test_loss_batch_statistics"] != pytest.approx(summary["test_loss"], rel=1e-6)
 
 
 def test_max_params_is_a_second_constraint_the_result_meets(tmp_path):
@@ -892,3 +895,17 @@ def test_a_search_without_r_says_why_and_keeps_every_block_at_full_resolution(tm
     assert config["train"]["learn"] == "KRWD" and config["model"]["learn"] == "KWD"
     assert R.read_summary(out)["learn"] == "KWD"
     assert all(list(b.resolution) == size for b in R.read_architecture(out).blocks)
+
+
+def test_rescore_refuses_a_missing_run_and_leaves_a_scored_one(tiny_run, tmp_path):
+    from .conftest import env
+
+    proc = subprocess.run([sys.executable, "-m", "search.rescore", str(tiny_run),
+                           str(tmp_path / "nope")], capture_output=True, text=True, env=env())
+    assert proc.returncode == 2 and f"{tmp_path / 'nope'}: run directory not found" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""  # checked before any work
+    before = (tiny_run / R.SUMMARY).read_text()
+    proc = subprocess.run([sys.executable, "-m", "search.rescore", str(tiny_run)],
+                          capture_output=True, text=True, env=env())
+    assert proc.returncode == 0 and "already scored as shipped" in proc.stdout
+    assert (tiny_run / R.SUMMARY).read_text() == before

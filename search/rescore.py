@@ -1,0 +1,74 @@
+"""`python -m search.rescore RUN_DIR ...`: score a finished run's result as export ships it.
+
+Runs written before summary.json's test metric was the shipped network's (BatchNorm calibrated on
+the training inputs, :func:`search.train.evaluate_shipped`) scored it with BatchNorm on each test
+batch's own statistics. This rescores such a run from its result's weights and rewrites
+summary.json and metrics.jsonl's test row (each atomically): the shipped figures as
+``test_metric`` / ``test_loss``, the old ones as ``test_*_batch_statistics``. A run that already
+has them is left alone. Reused runs (search.jobs: the benchmarks, the sweep) are rescored so
+that their figures average with new ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from dnarch_deploy import rundir as R
+from dnarch_deploy.io import atomic_write_text
+
+from .records import write_json
+from .train import evaluate_shipped, flush_denormals, split_tensors
+
+
+def rescore(run_dir: Path) -> bool:
+    """Rescore one finished run (see the module's docstring); False when there was nothing to do."""
+    summary = R.read_summary(run_dir)
+    if R.scored_as_shipped(summary):
+        return False
+    run = R.load_run(run_dir)  # the result's weights
+    test = split_tensors(run.task, "test")
+    with torch.no_grad():
+        loss, metric = evaluate_shipped(run.model, test, run.task,
+                                        run.config["train"]["eval_batch_size"])
+    old = {"test_metric_batch_statistics": summary["test_metric"],
+           "test_loss_batch_statistics": summary.get("test_loss")}
+    rows = [json.loads(line) for line in R.read_text(run_dir / R.METRICS,
+                                                     within=run_dir).splitlines() if line]
+    for row in rows:
+        if row.get("split") == "test":
+            row.update(loss=loss, metric=metric, metric_batch_statistics=row.get("metric"))
+            row[summary["metric_name"]] = metric
+    atomic_write_text(run_dir / R.METRICS, "".join(json.dumps(r) + "\n" for r in rows))
+    write_json(run_dir / R.SUMMARY, {**summary, "test_metric": metric, "test_loss": loss, **old})
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    args = parser.parse_args(argv)
+    flush_denormals()
+    try:
+        finished = [R.check_run_dir(d) for d in args.run_dirs]  # every one, before any work
+        for d in finished:
+            R.read_summary(d)
+    except R.RunError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for d in finished:
+        before = R.read_summary(d)["test_metric"]
+        if rescore(d):
+            after = R.read_summary(d)["test_metric"]
+            print(f"{d}: test {before:.4f} (batch statistics) -> {after:.4f} (as shipped)")
+        else:
+            print(f"{d}: already scored as shipped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
