@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 from tqdm import tqdm
 
 from dnarch_deploy import DNArch, ModelConfig, base_cost, complexity_loss, model_cost
@@ -113,6 +114,25 @@ def make_step(model: DNArch, x: torch.Tensor, y: torch.Tensor, lam: float):
     return step
 
 
+class _CountOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def ops_per_step(step) -> int:
+    """ATen operators one step dispatches, forward and backward. Beside its arithmetic each costs
+    a few microseconds of dispatch and autograd bookkeeping, which on a CPU step of small tensors
+    (the masks, the cost model) adds up where the arithmetic does not."""
+    with _CountOps() as counter:
+        step()
+    return counter.count
+
+
 def timed(step, device: torch.device) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process) of one step."""
     if device.type == "cuda":
@@ -173,6 +193,7 @@ def bench_setting(shape: str, width: int, device: torch.device, opt: Options, ba
                 ms=1e3 * statistics.median(wall[name]),
                 time_ratio=statistics.median(wall[name]) / base_wall,
                 cpu_ratio=statistics.median(cpu[name]) / base_cpu,
+                ops=ops_per_step(steps[name]),
                 plan=materialised(model),
             )
         )
@@ -211,11 +232,13 @@ def table(rows: list[dict], opt: Options, command: str, host: str) -> str:
         f"masks shrunk together to half the cost; `half-R`, "
         f"`half-W`: half the cost from one mask kind only. Targets are checked on wall-clock "
         f"time; `CPU / base` is the same ratio in CPU time of the process (less sensitive to "
-        f"other jobs on a shared machine; with several threads it also counts their waiting).",
+        f"other jobs on a shared machine; with several threads it also counts their waiting). "
+        f"`ops / step`: ATen operators one step dispatches, forward and backward (counted with a "
+        f"TorchDispatchMode; each costs dispatch and autograd time beside its arithmetic).",
         "",
-        "| setting | device | variant | cost / base | step ms | step / base | CPU / base | target "
-        "| materialised |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| setting | device | variant | cost / base | step ms | step / base | CPU / base "
+        "| ops / step | target | materialised |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         target = TARGETS.get(r["variant"])
@@ -223,7 +246,8 @@ def table(rows: list[dict], opt: Options, command: str, host: str) -> str:
         goal = "" if target is None else f"<= {target}: {met}"
         lines.append(
             f"| {r['setting']} | {r['device']} | {r['variant']} | {r['ratio']:.3f} | "
-            f"{r['ms']:.1f} | {r['time_ratio']:.2f} | {r['cpu_ratio']:.2f} | {goal} | {r['plan']} |"
+            f"{r['ms']:.1f} | {r['time_ratio']:.2f} | {r['cpu_ratio']:.2f} | {r['ops']} | {goal} "
+            f"| {r['plan']} |"
         )
     return "\n".join(lines) + "\n"
 
