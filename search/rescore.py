@@ -16,8 +16,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 from dnarch_deploy import rundir as R
 from dnarch_deploy.io import atomic_write_text
 
@@ -25,27 +23,22 @@ from .records import write_json
 from .train import evaluate_shipped, flush_denormals, split_tensors
 
 
-def rescore(run_dir: Path) -> bool:
-    """Rescore one finished run (see the module's docstring); False when there was nothing to do."""
-    summary = R.read_summary(run_dir)
-    if R.scored_as_shipped(summary):
-        return False
-    run = R.load_run(run_dir)  # the result's weights
-    test = split_tensors(run.task, "test")
-    with torch.no_grad():
-        loss, metric = evaluate_shipped(run.model, test, run.task,
-                                        run.config["train"]["eval_batch_size"])
+def rescore(run: R.Run) -> float:
+    """Rescore one finished run, loaded with its result's weights and task (see the module's
+    docstring); returns the new test metric."""
+    summary = run.summary
+    loss, metric = evaluate_shipped(run.model, split_tensors(run.task, "test"), run.task,
+                                    run.config["train"]["eval_batch_size"])
     old = {"test_metric_batch_statistics": summary["test_metric"],
            "test_loss_batch_statistics": summary.get("test_loss")}
-    rows = [json.loads(line) for line in R.read_text(run_dir / R.METRICS,
-                                                     within=run_dir).splitlines() if line]
+    rows = R.read_jsonl(run.path / R.METRICS, within=run.path)
     for row in rows:
         if row.get("split") == "test":
             row.update(loss=loss, metric=metric, metric_batch_statistics=row.get("metric"))
             row[summary["metric_name"]] = metric
-    atomic_write_text(run_dir / R.METRICS, "".join(json.dumps(r) + "\n" for r in rows))
-    write_json(run_dir / R.SUMMARY, {**summary, "test_metric": metric, "test_loss": loss, **old})
-    return True
+    atomic_write_text(run.path / R.METRICS, "".join(json.dumps(r) + "\n" for r in rows))
+    write_json(run.path / R.SUMMARY, {**summary, "test_metric": metric, "test_loss": loss, **old})
+    return metric
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,20 +46,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     args = parser.parse_args(argv)
     flush_denormals()
-    try:
-        finished = [R.check_run_dir(d) for d in args.run_dirs]  # every one, before any work
-        for d in finished:
-            R.read_summary(d)
+    try:  # every run read, weights and data, before any is rewritten
+        runs = [R.load_run(R.check_run_dir(d)) for d in args.run_dirs]
+        if missing := [r.path for r in runs if r.summary is None]:
+            raise R.RunError(f"{missing[0]}: no summary.json (the run has not finished)")
     except R.RunError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for d in finished:
-        before = R.read_summary(d)["test_metric"]
-        if rescore(d):
-            after = R.read_summary(d)["test_metric"]
-            print(f"{d}: test {before:.4f} (batch statistics) -> {after:.4f} (as shipped)")
-        else:
-            print(f"{d}: already scored as shipped")
+    for run in runs:
+        if R.scored_as_shipped(run.summary):
+            print(f"{run.path}: already scored as shipped")
+            continue
+        before = run.summary["test_metric"]
+        print(f"{run.path}: test {before:.4f} (batch statistics) -> {rescore(run):.4f} "
+              "(as shipped)")
     return 0
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -904,6 +905,15 @@ def test_rescore_refuses_a_missing_run_and_leaves_a_scored_one(tiny_run, tmp_pat
                            str(tmp_path / "nope")], capture_output=True, text=True, env=env())
     assert proc.returncode == 2 and f"{tmp_path / 'nope'}: run directory not found" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""  # checked before any work
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tiny_run, damaged)
+    (damaged / R.BEST_WEIGHTS).write_bytes(b"not safetensors")
+    summary = (damaged / R.SUMMARY).read_text()
+    proc = subprocess.run([sys.executable, "-m", "search.rescore", str(damaged)],
+                          capture_output=True, text=True, env=env())
+    assert proc.returncode == 2 and str(damaged / R.BEST_WEIGHTS) in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert (damaged / R.SUMMARY).read_text() == summary
     before = (tiny_run / R.SUMMARY).read_text()
     proc = subprocess.run([sys.executable, "-m", "search.rescore", str(tiny_run)],
                           capture_output=True, text=True, env=env())
