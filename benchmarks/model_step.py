@@ -2,8 +2,10 @@
 
 One step = forward, task loss (+ lambda * L_comp for DNArch: its cost model is part of its step),
 backward. The optimiser update is left out: it is the same for every variant and would move the
-masks away from the architecture being timed. Every variant of a setting is timed in one run with
-interleaved repetitions (base, init, half, ..., base, init, ...), median of N:
+masks away from the architecture being timed. Every variant of a setting is timed in one run,
+several independent copies of each (same weights: two copies of one network differed by up to 8 %
+in one process), with interleaved repetitions (base, init, half, ..., base, init, ...), median
+over every copy's repetitions:
 
 - base:   the fixed CCNN_{D,H} (global kernels, full resolution, no masks);
 - init:   DNArch with its masks at initialisation: the base's widths, kernels and resolution
@@ -58,7 +60,10 @@ class Options:
     batch: int = 32  # samples per step
     widths: str = "32,64"  # H of the base CCNN_{D,H}, comma-separated: one setting each
     depth: int = 4  # D of the base CCNN_{D,H}
-    reps: int = 15  # timed repetitions per variant (median reported)
+    reps: int = 15  # timed repetitions per instance of a variant
+    # independent copies of each variant (same weights): two copies of one network, stepped in
+    # turns, differed by up to 8 % in one process (memory placement), more than the 5 % target
+    instances: int = 3
     warmup: int = 3  # untimed steps per variant first
     lam: float = 1.0  # weight of L_comp in the DNArch step
     target: float = 0.5  # cost ratio of the shrunk variants
@@ -161,40 +166,52 @@ def bench_setting(shape: str, width: int, device: torch.device, opt: Options, ba
     common = dict(in_channels=c_in, out_channels=classes, input_size=size, depth=opt.depth)
     models, ratios = {}, {}
     for name, kinds in VARIANTS.items():
-        torch.manual_seed(opt.seed)  # same weights for every DNArch variant
         learn = "none" if kinds is None else "KRWD"
-        models[name] = model = DNArch(ModelConfig(**common, width=width, learn=learn))
-        ratios[name] = shrink_to(model, opt.target, kinds) if kinds else cost_ratio(model)
+        models[name] = []
+        for _ in range(opt.instances):
+            torch.manual_seed(opt.seed)  # same weights for every DNArch variant and copy
+            model = DNArch(ModelConfig(**common, width=width, learn=learn))
+            ratios[name] = shrink_to(model, opt.target, kinds) if kinds else cost_ratio(model)
+            models[name].append(model)
     g = torch.Generator().manual_seed(opt.seed)
     x = torch.randn(opt.batch, c_in, *size, generator=g).to(device)
     y = torch.randint(0, classes, (opt.batch,), generator=g).to(device)
     steps = {}
-    for name, model in models.items():
-        model.to(device).train()
-        steps[name] = make_step(model, x, y, opt.lam)
-        for _ in range(opt.warmup):
-            steps[name]()
-    wall, cpu = {name: [] for name in models}, {name: [] for name in models}
+    for name, copies in models.items():
+        steps[name] = []
+        for model in copies:
+            model.to(device).train()
+            steps[name].append(make_step(model, x, y, opt.lam))
+            for _ in range(opt.warmup):
+                steps[name][-1]()
+    # per variant, per copy: (wall, cpu) seconds of each repetition
+    times = {name: [[] for _ in copies] for name, copies in steps.items()}
     for _ in range(opt.reps):
-        for name, step in steps.items():  # interleaved: load drifts hit every variant alike
-            w, c = timed(step, device)
-            wall[name].append(w)
-            cpu[name].append(c)
+        for i in range(opt.instances):  # interleaved: load drifts hit every variant alike
+            for name, copies in steps.items():
+                times[name][i].append(timed(copies[i], device))
         bar.update(1)
-    base_wall, base_cpu = statistics.median(wall["base"]), statistics.median(cpu["base"])
+
+    def median(name: str, which: int, copy: int | None = None) -> float:
+        runs = times[name] if copy is None else [times[name][copy]]
+        return statistics.median(t[which] for run in runs for t in run)
+
+    base_wall, base_cpu = median("base", 0), median("base", 1)
     rows = []
-    for name, model in models.items():
+    for name, copies in models.items():
+        per_copy = [median(name, 0, i) / base_wall for i in range(opt.instances)]
         rows.append(
             dict(
                 setting=f"{shape}, H={width}",
                 device=device.type,
                 variant=name,
                 ratio=ratios[name],
-                ms=1e3 * statistics.median(wall[name]),
-                time_ratio=statistics.median(wall[name]) / base_wall,
-                cpu_ratio=statistics.median(cpu[name]) / base_cpu,
-                ops=ops_per_step(steps[name]),
-                plan=materialised(model),
+                ms=1e3 * median(name, 0),
+                time_ratio=median(name, 0) / base_wall,
+                copies=(min(per_copy), max(per_copy)),
+                cpu_ratio=median(name, 1) / base_cpu,
+                ops=ops_per_step(steps[name][0]),
+                plan=materialised(copies[0]),
             )
         )
     return rows
@@ -226,19 +243,22 @@ def table(rows: list[dict], opt: Options, command: str, host: str) -> str:
         host,
         "",
         f"`{command}`: step = forward + cross-entropy (+ {opt.lam} x L_comp for DNArch) + "
-        f"backward, batch {opt.batch}, D={opt.depth}; median of {opt.reps} interleaved "
-        f"repetitions after {opt.warmup} warm-up steps each. `init`: masks at initialisation "
-        f"(the base's widths, kernels and resolution); `half`: kernel, resolution and width "
-        f"masks shrunk together to half the cost; `half-R`, "
+        f"backward, batch {opt.batch}, D={opt.depth}; {opt.instances} independent copies of "
+        f"each network (same weights), {opt.reps} repetitions of each, all interleaved, after "
+        f"{opt.warmup} warm-up steps each; `step ms` and `step / base` are medians over every "
+        f"copy's repetitions, `copies` the range of each copy's own median over the base's "
+        f"(two copies of one network differ by several % in one process). `init`: masks at "
+        f"initialisation (the base's widths, kernels and resolution); `half`: kernel, "
+        f"resolution and width masks shrunk together to half the cost; `half-R`, "
         f"`half-W`: half the cost from one mask kind only. Targets are checked on wall-clock "
         f"time; `CPU / base` is the same ratio in CPU time of the process (less sensitive to "
         f"other jobs on a shared machine; with several threads it also counts their waiting). "
         f"`ops / step`: ATen operators one step dispatches, forward and backward (counted with a "
         f"TorchDispatchMode; each costs dispatch and autograd time beside its arithmetic).",
         "",
-        "| setting | device | variant | cost / base | step ms | step / base | CPU / base "
+        "| setting | device | variant | cost / base | step ms | step / base | copies | CPU / base "
         "| ops / step | target | materialised |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         target = TARGETS.get(r["variant"])
@@ -246,7 +266,8 @@ def table(rows: list[dict], opt: Options, command: str, host: str) -> str:
         goal = "" if target is None else f"<= {target}: {met}"
         lines.append(
             f"| {r['setting']} | {r['device']} | {r['variant']} | {r['ratio']:.3f} | "
-            f"{r['ms']:.1f} | {r['time_ratio']:.2f} | {r['cpu_ratio']:.2f} | {r['ops']} | {goal} "
+            f"{r['ms']:.1f} | {r['time_ratio']:.2f} | {r['copies'][0]:.2f}-{r['copies'][1]:.2f} | "
+            f"{r['cpu_ratio']:.2f} | {r['ops']} | {goal} "
             f"| {r['plan']} |"
         )
     return "\n".join(lines) + "\n"
@@ -263,6 +284,7 @@ def parse(argv=None) -> Options:
     opt = Options(**vars(parser.parse_args(argv)))
     if opt.quick:
         opt.reps, opt.warmup, opt.batch, opt.widths = min(opt.reps, 3), 1, min(opt.batch, 8), "32"
+        opt.instances = min(opt.instances, 2)
     return opt
 
 

@@ -209,15 +209,17 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
         with torch.no_grad():
             plan = model.plan()
     soft, soft_weights = _soft_sizes(model)
-    ran = [p.index for p in plan.blocks]
-    hard, hard_weights = soft.detach().clone(), torch.zeros_like(soft_weights)
-    if ran:  # a block that does not run keeps its soft sizes: its weight is 0
+    # the hard sizes built in Python and made a tensor once: a step's cost model is many tiny
+    # operators, each costing more dispatch and autograd time than arithmetic (model_step.py)
+    rows, ran = soft.detach().tolist(), [p.index for p in plan.blocks]
+    for p in plan.blocks:  # a block that does not run keeps its soft sizes: its weight is 0
         # taps at the block's resolution R span taps * S / R input samples
-        hard[ran] = torch.tensor(
-            [[p.n_in, p.n_mid, p.n_out, *p.resolution,
-              *((2 * h + 1) * s / r for h, s, r in zip(p.half_taps, c.input_size, p.resolution))]
-             for p in plan.blocks], dtype=soft.dtype, device=soft.device)
-        hard_weights[ran] = 1.0
+        rows[p.index] = [p.n_in, p.n_mid, p.n_out, *p.resolution,
+                         *((2 * h + 1) * s / r
+                           for h, s, r in zip(p.half_taps, c.input_size, p.resolution))]
+    hard = torch.tensor(rows, dtype=soft.dtype, device=soft.device)
+    hard_weights = torch.tensor([float(b in ran) for b in range(len(rows))], dtype=soft.dtype,
+                                device=soft.device)
     sizes = _straight_through(soft, hard)
     columns = sizes.unbind(-1)
     res_axes, kernel = list(columns[3 : 3 + axes]), columns[3 + axes :]
@@ -227,7 +229,7 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
     widest = sizes[ran, 0:3:2].max() if c.learns("W") and ran else None
     stream = c.max_width if widest is None else round(float(widest.detach()))
     conv_taps, operators, crop_limits = [], [], c.crop_limits()
-    for b, row in enumerate(hard.tolist()):
+    for b, row in enumerate(rows):
         n_in, n_mid, n_out = (max(1, round(v)) for v in row[:3])
         if b in lowered:
             res = tuple(int(r) for r in row[3 : 3 + axes])
@@ -327,30 +329,32 @@ def model_cost(model: DNArch, plan: Plan | None = None,
     z = model_sizes(model, plan)
     length, dims = float(math.prod(c.input_size)), len(c.input_size)
     names = list(dict.fromkeys(n for ops in z["operators"] for n in ops))
-    blocks, device = {}, z["weights"].device
-    for name in names:
-        hard = torch.tensor([ops[name].macs if name in ops else 0.0 for ops in z["operators"]],
-                            dtype=z["weights"].dtype, device=device)
-        kinds = [ops[name].kind if name in ops else "" for ops in z["operators"]]
-        proxy = _proxies(name, kinds, z, c.input_size)
-        scale = torch.where(hard > 0, hard / proxy.detach().clamp_min(1e-30), 0.0)
-        macs = proxy * scale  # the lowered MACs in value, the proxy's gradient
-        if units.counts_macs:  # every kind costs its MACs: no per-kind pass (a training step)
-            blocks[name] = torch.where(hard > 0, macs, 0.0)  # 0 where a block has no such op
-            continue
+    device, dtype = z["weights"].device, z["weights"].dtype
+    # (operators, blocks): each operator's lowered MACs per block (0 where a block has none)
+    # and its proxy; all at once, as the step's cost is many tiny tensors (model_step.py)
+    hard = torch.tensor([[ops[name].macs if name in ops else 0.0 for ops in z["operators"]]
+                         for name in names], dtype=dtype, device=device)
+    kinds = [[ops[name].kind if name in ops else "" for ops in z["operators"]] for name in names]
+    proxy = torch.stack([_proxies(name, k, z, c.input_size) for name, k in zip(names, kinds)])
+    # the lowered MACs in value (0 where hard is), the proxy's gradient
+    macs = proxy * (hard / proxy.detach().clamp_min(1e-30))
+    if units.counts_macs:  # every kind costs its MACs: no per-kind pass (a training step)
+        terms = macs
+    else:
         # a convolution's or linear layer's shape, discrete: the table's key, not differentiated
-        shape = tuple(torch.tensor([getattr(ops[name], f) if name in ops else 0
-                                    for ops in z["operators"]], device=device)
-                      for f in ("width", "positions", "taps"))
-        blocks[name] = sum(torch.where(torch.tensor([k == kind for k in kinds], device=device),
-                                       units.of(kind, macs, dims, _axis(name), shape),
-                                       0.0)
-                           for kind in sorted(set(kinds) - {""}))
+        shapes = torch.tensor([[[getattr(ops[name], f) if name in ops else 0
+                                 for ops in z["operators"]] for f in ("width", "positions", "taps")]
+                               for name in names], device=device)
+        terms = torch.stack([
+            sum(torch.where(torch.tensor([k == kind for k in row_kinds], device=device),
+                            units.of(kind, row, dims, _axis(name), tuple(shape)), 0.0)
+                for kind in sorted(set(row_kinds) - {""}))
+            for name, row_kinds, row, shape in zip(names, kinds, macs, shapes)])
+    blocks = dict(zip(names, terms.unbind(0)))
     enc = _edge(encoder_cost(length, 0 if c.vocab_size else c.in_channels, z["stream"]), units,
                 dims)
     dec = _edge(decoder_cost(length, z["stream"], c.out_channels, c.pooling), units, dims)
-    per_block = sum(blocks.values())
-    total = (sum(enc.values()) + sum(dec.values()) + (z["weights"] * per_block).sum()
+    total = (sum(enc.values()) + sum(dec.values()) + (z["weights"] * terms.sum(0)).sum()
              + units.per_call)
     return {"total": total, "encoder": enc, "blocks": blocks, "block_weights": z["weights"],
             "decoder": dec, "operators": z["operators"]}

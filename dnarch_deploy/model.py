@@ -489,7 +489,7 @@ class _FoldWidthMasks(torch.autograd.Function):
         n_in, n_mid, n_out = sizes
         m_in, m_mid, m_out = masks[0, :n_in], masks[1, :n_mid], masks[2, :n_out]
         scale = m_out if depth_weight is None else m_out * depth_weight
-        ctx.sizes, ctx.mix = sizes, mix
+        ctx.mix = mix
         ctx.save_for_backward(norm_w, norm_b, w1, b1, w2, b2, masks, depth_weight)
         w2, b2 = w2[:n_out, :n_mid] * scale[:, None], b2[:n_out] * scale
         if mix:  # the norm after w1: m_mid on its affine part, m_in on w1's columns
@@ -500,30 +500,34 @@ class _FoldWidthMasks(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_norm_w, g_norm_b, g_w1, g_b1, g_w2, g_b2):
+        # on the parameters' whole (H,) and (H, H) shapes: each incoming gradient padded with
+        # zeros past its slice (nothing to pad at full width), so no saved tensor is sliced and
+        # each mask's gradient is one whole row (at these sizes the count of operators is the
+        # backward's cost)
         norm_w, norm_b, w1, b1, w2, b2, masks, depth_weight = ctx.saved_tensors
-        n_in, n_mid, n_out = ctx.sizes
-        m_in, m_mid, m_out = masks[0, :n_in], masks[1, :n_mid], masks[2, :n_out]
-        scale = m_out if depth_weight is None else m_out * depth_weight
         H = masks.shape[1]
 
-        def pad(grad: Tensor) -> Tensor:  # the gradient of a leading slice of an (H,) or (H, H)
-            return F.pad(grad, [p for n in reversed(grad.shape) for p in (0, H - n)])
+        def pad(grad: Tensor) -> Tensor:
+            pads = [p for n in reversed(grad.shape) for p in (0, H - n)]
+            return F.pad(grad, pads) if any(pads) else grad
 
-        g_scale = (g_w2 * w2[:n_out, :n_mid]).sum(1) + g_b2 * b2[:n_out]
-        g_masks = masks.new_zeros(masks.shape)
-        g_masks[2, :n_out] = g_scale if depth_weight is None else g_scale * depth_weight
+        g_norm_w, g_norm_b, g_w1, g_b1, g_w2, g_b2 = map(
+            pad, (g_norm_w, g_norm_b, g_w1, g_b1, g_w2, g_b2))
+        m_in, m_mid, m_out = masks.unbind(0)
+        scale = m_out if depth_weight is None else m_out * depth_weight
+        g_scale = (g_w2 * w2).sum(1) + g_b2 * b2
+        g_m_out = g_scale if depth_weight is None else g_scale * depth_weight
         g_depth = None if depth_weight is None else (g_scale * m_out).sum()
-        g_w2, g_b2 = pad(g_w2 * scale[:, None]), pad(g_b2 * scale)
+        g_w2, g_b2 = g_w2 * scale[:, None], g_b2 * scale
         if ctx.mix:
-            n = n_mid
-            g_masks[1, :n] = g_norm_w * norm_w[:n] + g_norm_b * norm_b[:n]
-            g_masks[0, :n_in] = (g_w1 * w1[:n_mid, :n_in]).sum(0)
-            return (pad(g_norm_w * m_mid), pad(g_norm_b * m_mid), pad(g_w1 * m_in), pad(g_b1),
+            g_masks = torch.stack([(g_w1 * w1).sum(0), g_norm_w * norm_w + g_norm_b * norm_b,
+                                   g_m_out])
+            return (g_norm_w * m_mid, g_norm_b * m_mid, g_w1 * m_in, g_b1,
                     g_w2, g_b2, g_masks, g_depth, None, None)
-        g_masks[0, :n_in] = g_norm_w * norm_w[:n_in] + g_norm_b * norm_b[:n_in]
-        g_masks[1, :n_mid] = (g_w1 * w1[:n_mid, :n_in]).sum(1) + g_b1 * b1[:n_mid]
-        return (pad(g_norm_w * m_in), pad(g_norm_b * m_in), pad(g_w1 * m_mid[:, None]),
-                pad(g_b1 * m_mid), g_w2, g_b2, g_masks, g_depth, None, None)
+        g_masks = torch.stack([g_norm_w * norm_w + g_norm_b * norm_b,
+                               (g_w1 * w1).sum(1) + g_b1 * b1, g_m_out])
+        return (g_norm_w * m_in, g_norm_b * m_in, g_w1 * m_mid[:, None], g_b1 * m_mid,
+                g_w2, g_b2, g_masks, g_depth, None, None)
 
 
 class DNArch(nn.Module):
@@ -621,6 +625,7 @@ class DNArch(nn.Module):
             positions = M.grid(H, mu.device, mu.dtype)
             width_masks = M.sigmoid_mask(positions, mu[..., None], c.tau_width, T).unbind(0)
         resolutions, res_masks = self._resolutions()
+        spectra = {}  # _conv_mask's (axis, FFT length): every block's mask on that spectrum
         x_k, sigmas = [[1.0] * len(c.input_size)] * D, [None] * D
         if c.learns("K"):
             x_k = M.gaussian_inverse(self.mask_sigma, T).detach().tolist()
@@ -637,7 +642,7 @@ class DNArch(nn.Module):
                 min(M.gaussian_half_taps(x, k, sc), h)
                 for x, k, sc, h in zip(x_k[b], c.max_kernel, scales, widest)
             )
-            conv_mask, conv_fft = self._conv_mask(b, resolution, res_masks[b])
+            conv_mask, conv_fft = self._conv_mask(b, resolution, res_masks[b], spectra)
             kernel_size = tuple(
                 2 * M.gaussian_half_taps(x, k) + 1 for x, k in zip(x_k[b], c.max_kernel)
             )
@@ -700,13 +705,14 @@ class DNArch(nn.Module):
         )
 
     def _conv_mask(self, b: int, resolution: tuple[int, ...],
-                   m_res: tuple[Tensor | None, ...] | None
+                   m_res: tuple[Tensor | None, ...] | None, spectra: dict
                    ) -> tuple[Tensor | None, tuple[int, ...] | None]:
         """Block b's resolution mask on the spectrum of its FFT convolution over the axes where
         it crops nothing, and that FFT's lengths (:meth:`ModelConfig.conv_fft`): what puts the
         mask in the task loss before its first bin is cropped (an element-wise product on the
         kernel's spectrum, no extra FFT). Cropped axes get 1: their mask acts in the
-        downsampling."""
+        downsampling. ``spectra`` caches, per (axis, FFT length), every block's mask values on
+        that spectrum, (max_depth, bins), evaluated once for all blocks that share it."""
         c = self.config
         axes = len(c.input_size)
         cropped = (False,) * axes if m_res is None else tuple(m is not None for m in m_res)
@@ -717,11 +723,13 @@ class DNArch(nn.Module):
         for axis, (n, n_fft) in enumerate(zip(c.input_size, fft_sizes)):
             if m_res is not None and m_res[axis] is not None:
                 continue
-            mu = self.mask_res[b, axis]
-            positions = spectrum_positions(n_fft, n, onesided=axis == axes - 1,
-                                           device=mu.device, dtype=mu.dtype)
-            values = M.sigmoid_mask(positions, mu, c.tau_resolution, c.threshold)
-            values = values.view(*[-1 if a == axis else 1 for a in range(axes)])
+            if (axis, n_fft) not in spectra:
+                mu = self.mask_res[:, axis, None]
+                positions = spectrum_positions(n_fft, n, onesided=axis == axes - 1,
+                                               device=mu.device, dtype=mu.dtype)
+                spectra[axis, n_fft] = M.sigmoid_mask(positions, mu, c.tau_resolution,
+                                                      c.threshold)
+            values = spectra[axis, n_fft][b].view(*[-1 if a == axis else 1 for a in range(axes)])
             mask = values if mask is None else mask * values
         return mask, fft_sizes
 
