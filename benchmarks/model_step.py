@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from dnarch_deploy import DNArch, ModelConfig, base_cost, complexity_loss, model_cost
 from dnarch_deploy import masks as M
-from search.train import flush_denormals
+from search.train import flush_denormals, keep_freed_memory
 
 RESULTS = Path(__file__).parent / "results" / "model_step.md"
 TARGETS = {"init": 1.05, "half": 0.7}
@@ -291,6 +291,7 @@ def parse(argv=None) -> Options:
 def main(argv=None) -> None:
     opt = parse(argv)
     flush_denormals()  # as search.run trains
+    keep_freed_memory()
     if opt.threads:
         torch.set_num_threads(opt.threads)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
