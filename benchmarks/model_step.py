@@ -63,7 +63,7 @@ class Options:
     reps: int = 15  # timed repetitions per instance of a variant
     # independent copies of each variant (same weights): two copies of one network, stepped in
     # turns, differed by up to 8 % in one process (memory placement), more than the 5 % target
-    instances: int = 3
+    instances: int = 5
     warmup: int = 3  # untimed steps per variant first
     lam: float = 1.0  # weight of L_comp in the DNArch step
     target: float = 0.5  # cost ratio of the shrunk variants
