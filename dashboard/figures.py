@@ -162,7 +162,20 @@ def evolution_totals(evolution: pd.DataFrame, epoch: int | None = None) -> go.Fi
 # --- training -------------------------------------------------------------------------------------
 
 
-def _by_split(metrics: pd.DataFrame, column: str, title: str, y: str) -> go.Figure:
+def _scored_as(split: str, rows: pd.DataFrame) -> str:
+    """How a split's loss and metric were scored: validation rounds with BatchNorm on each
+    batch's own statistics, as the search picks its result; the test point as export ships the
+    network (BatchNorm calibrated on the training inputs), in runs that record both figures
+    (search.train.evaluate_shipped), else as the validation rounds."""
+    if split == "test" and rows.get("metric_batch_statistics", pd.Series()).notna().any():
+        return " (as shipped)"
+    return " (batch statistics)" if split in ("val", "test") else ""
+
+
+def _by_split(metrics: pd.DataFrame, column: str, title: str, y: str,
+              scored: bool = False) -> go.Figure:
+    """One trace per split of ``column`` over steps; ``scored``: a loss or metric, whose legend
+    says how each split was scored (:func:`_scored_as`)."""
     fig = go.Figure()
     for split in ("train", "val", "test"):
         rows = metrics[(metrics["split"] == split)]
@@ -170,7 +183,8 @@ def _by_split(metrics: pd.DataFrame, column: str, title: str, y: str) -> go.Figu
         if rows.empty:
             continue
         sparse = len(rows) < 50 or split != "train"
-        fig.add_scatter(x=rows["step"], y=rows[column], name=f"{split} {column}",
+        name = f"{split} {column}" + (_scored_as(split, rows) if scored else "")
+        fig.add_scatter(x=rows["step"], y=rows[column], name=name,
                         mode="lines+markers" if sparse else "lines",
                         line=dict(dash=SPLIT_DASH[split], color=SPLIT_COLOR[split]),
                         marker=dict(size=10 if split == "test" else 6),
@@ -179,12 +193,12 @@ def _by_split(metrics: pd.DataFrame, column: str, title: str, y: str) -> go.Figu
 
 
 def loss_figure(metrics: pd.DataFrame) -> go.Figure:
-    return _by_split(metrics, "loss", "Loss", "loss")
+    return _by_split(metrics, "loss", "Loss", "loss", scored=True)
 
 
 def metric_figure(metrics: pd.DataFrame, name: str) -> go.Figure:
     column = name if name in metrics else "metric"
-    return _by_split(metrics, column, f"Task metric: {name}", name)
+    return _by_split(metrics, column, f"Task metric: {name}", name, scored=True)
 
 
 def complexity_figure(metrics: pd.DataFrame, target: float = 1.0) -> go.Figure:

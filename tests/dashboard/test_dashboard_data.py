@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from dashboard import data, figures
@@ -206,3 +207,21 @@ def test_architecture_facts_name_the_decoder(runs_dir, tmp_path):
     del record["pooling"]
     (old / rundir.ARCHITECTURE).write_text(json.dumps(record))
     assert data.architecture_facts(rundir.read_architecture(old))["decoder"] == "mean pool, linear"
+
+
+@pytest.mark.parametrize("shipped", [True, False], ids=["recorded-both", "older-run"])
+def test_metric_legend_says_how_each_split_was_scored(shipped):
+    """Validation rounds are scored with BatchNorm on each batch's statistics; the test point, in
+    runs that record both figures, as export ships the network; in older runs, as validation."""
+    test = {"step": 20, "epoch": 1, "split": "test", "loss": 0.3, "accuracy": 0.9}
+    if shipped:
+        test["metric_batch_statistics"] = 0.88
+    metrics = pd.DataFrame([
+        {"step": 10, "epoch": 0, "split": "train", "loss": 0.5, "accuracy": 0.8},
+        {"step": 10, "epoch": 0, "split": "val", "loss": 0.4, "accuracy": 0.85}, test])
+    names = [t.name for t in figures.metric_figure(metrics, "accuracy").data]
+    assert names == ["train accuracy", "val accuracy (batch statistics)",
+                     "test accuracy (as shipped)" if shipped else
+                     "test accuracy (batch statistics)"]
+    assert [t.name for t in figures.complexity_figure(metrics.assign(complexity_ratio=1.0)).data
+            ] == ["train complexity_ratio", "val complexity_ratio", "test complexity_ratio"]
