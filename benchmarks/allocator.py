@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from model_step import machine  # benchmarks/ is this script's directory
+import torch
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,8 +66,8 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=int, default=3, help="runs per task and mode")
     parser.add_argument("--out", default=str(RESULTS))
     opt = parser.parse_args(argv)
-    if sys.platform != "linux":
-        raise SystemExit("error: keep_freed_memory sets glibc's malloc: Linux only")
+    if platform.libc_ver()[0] != "glibc":
+        raise SystemExit("error: keep_freed_memory sets glibc's malloc: glibc only")
     rows = {}
     with tempfile.TemporaryDirectory() as tmp, \
             tqdm(total=len(opt.tasks) * opt.reps * 2, desc="allocator") as bar:
@@ -81,7 +81,9 @@ def main(argv=None) -> None:
                                                                   else argv)])
     lines = ["# Keeping freed memory in the process: a search with and without", "",
              f"`{command}`: medians of {opt.reps} runs per task and mode, in turns, one thread, "
-             f"nothing else running. {machine()}; {' '.join(platform.libc_ver())}.", "",
+             f"nothing else running. Machine: {platform.processor() or platform.machine()}, "
+             f"{os.cpu_count()} cores; python {platform.python_version()}, torch "
+             f"{torch.__version__}, {' '.join(platform.libc_ver())}.", "",
              "| task | keep freed memory | run s | training s | system CPU s | page faults "
              "| test metric | run / without |",
              "|---|---|---|---|---|---|---|---|"]

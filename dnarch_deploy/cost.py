@@ -211,8 +211,9 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
     soft, soft_weights = _soft_sizes(model)
     # the hard sizes built in Python and made a tensor once: a step's cost model is many tiny
     # operators, each costing more dispatch and autograd time than arithmetic (model_step.py)
-    rows, ran = soft.detach().tolist(), [p.index for p in plan.blocks]
-    for p in plan.blocks:  # a block that does not run keeps its soft sizes: its weight is 0
+    # a block that does not run keeps its soft sizes: its weight is 0
+    rows, ran = soft.detach().tolist(), {p.index for p in plan.blocks}
+    for p in plan.blocks:
         # taps at the block's resolution R span taps * S / R input samples
         rows[p.index] = [p.n_in, p.n_mid, p.n_out, *p.resolution,
                          *((2 * h + 1) * s / r
@@ -226,7 +227,7 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
     taps = [k * r / s for k, r, s in zip(kernel, res_axes, c.input_size)]
     lowered = {p.index: (p.conv_taps, p.cropped, p.conv_fft) for p in plan.blocks}
     # the stream is as wide as the widest channel a block in use reads or writes
-    widest = sizes[ran, 0:3:2].max() if c.learns("W") and ran else None
+    widest = sizes[sorted(ran), 0:3:2].max() if c.learns("W") and ran else None
     stream = c.max_width if widest is None else round(float(widest.detach()))
     conv_taps, operators, crop_limits = [], [], c.crop_limits()
     for b, row in enumerate(rows):
@@ -336,8 +337,9 @@ def model_cost(model: DNArch, plan: Plan | None = None,
                          for name in names], dtype=dtype, device=device)
     kinds = [[ops[name].kind if name in ops else "" for ops in z["operators"]] for name in names]
     proxy = torch.stack([_proxies(name, k, z, c.input_size) for name, k in zip(names, kinds)])
-    # the lowered MACs in value (0 where hard is), the proxy's gradient
-    macs = proxy * (hard / proxy.detach().clamp_min(1e-30))
+    # the lowered MACs in value, the proxy's gradient; 0 where a block has no such operator, even
+    # were its proxy not finite
+    macs = torch.where(hard > 0, proxy * (hard / proxy.detach().clamp_min(1e-30)), 0.0)
     if units.counts_macs:  # every kind costs its MACs: no per-kind pass (a training step)
         terms = macs
     else:

@@ -309,18 +309,21 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 def keep_freed_memory() -> bool:
     """Let glibc's malloc keep freed memory for the next allocation instead of returning it to
     the OS. torch's CPU tensors come from malloc; by default a large one is mapped fresh and
-    unmapped when freed, so each training step pays page faults to map and zero its activations
-    again: 20 000 per step for the base CCNN on 28x28 images, more for DNArch, whose small
-    tensors break up the heap (benchmarks/model_step.py). Allocations under 256 MiB come from
-    the heap, and up to 1 GiB free at its top is kept, so a step reuses the last one's pages; the
-    process keeps its peak memory. Returns whether it applied (glibc only)."""
+    unmapped when freed, so each training step and evaluation batch pays page faults to map and
+    zero its activations again (benchmarks/allocator.py). Allocations under 256 MiB come from the
+    heap (under 32 MiB where glibc refuses more, its documented cap), and up to 1 GiB free at its
+    top is kept, so a step reuses the last one's pages; the process keeps its peak memory.
+    Returns whether it applied (glibc only; under a preloaded jemalloc or tcmalloc it tunes
+    nothing that is used)."""
     import ctypes
 
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError, TypeError):  # not glibc (macOS, musl, Windows)
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, 256 << 20) and mallopt(_M_TRIM_THRESHOLD, 1 << 30))
+    mapped = mallopt(_M_MMAP_THRESHOLD, 256 << 20) or mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+    kept = mallopt(_M_TRIM_THRESHOLD, 1 << 30)
+    return bool(mapped and kept)
 
 
 def versions() -> dict[str, str]:

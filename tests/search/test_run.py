@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import platform
 import shutil
 import statistics
 import subprocess
@@ -413,7 +414,7 @@ def test_denormals_are_flushed_on_every_intra_op_thread():
     assert out == ["0", str(1 << 20)]  # denormal results flushed; normal ones untouched
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
 def test_freed_memory_is_reused_without_page_faults():
     """keep_freed_memory (as search.run calls it): a step's activations, freed together at its
     end and allocated again by the next, reuse the pages they had. With glibc's defaults each
