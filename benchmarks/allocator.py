@@ -40,6 +40,8 @@ if sys.argv[1] == "off":
 from search.run import main
 start = time.perf_counter()
 code = main(sys.argv[2:])
+if code:
+    sys.exit(code)  # search.run has said why
 usage = resource.getrusage(resource.RUSAGE_SELF)
 out = sys.argv[sys.argv.index("--out") + 1]
 summary = json.load(open(out + "/summary.json"))
@@ -54,8 +56,10 @@ def run(mode: str, task: str, steps: int, out: Path) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-c", CHILD, mode, *args], cwd=ROOT, env=env,
                           capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"error: search on {task} ({mode}) failed:\n{done.stderr[-2000:]}")
+    if done.returncode != 0:  # search.run's own one-line reason, or the end of a traceback
+        lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
+        reason = lines[-1].removeprefix("error: ")
+        raise SystemExit(f"error: the search on {task} failed: {reason}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -27,6 +27,7 @@ slow the training step by more than 5 % at the base size); half-cost step <= 0.7
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import os
 import platform
@@ -167,12 +168,11 @@ def bench_setting(shape: str, width: int, device: torch.device, opt: Options, ba
     models, ratios = {}, {}
     for name, kinds in VARIANTS.items():
         learn = "none" if kinds is None else "KRWD"
-        models[name] = []
-        for _ in range(opt.instances):
-            torch.manual_seed(opt.seed)  # same weights for every DNArch variant and copy
-            model = DNArch(ModelConfig(**common, width=width, learn=learn))
-            ratios[name] = shrink_to(model, opt.target, kinds) if kinds else cost_ratio(model)
-            models[name].append(model)
+        torch.manual_seed(opt.seed)  # same weights for every DNArch variant
+        model = DNArch(ModelConfig(**common, width=width, learn=learn))
+        ratios[name] = shrink_to(model, opt.target, kinds) if kinds else cost_ratio(model)
+        # copies of their own memory, the same weights and masks
+        models[name] = [model] + [copy.deepcopy(model) for _ in range(opt.instances - 1)]
     g = torch.Generator().manual_seed(opt.seed)
     x = torch.randn(opt.batch, c_in, *size, generator=g).to(device)
     y = torch.randint(0, classes, (opt.batch,), generator=g).to(device)
