@@ -282,6 +282,11 @@ def parse(argv=None) -> Options:
             kind = {"int": int, "float": float, "str": str}[f.type]
             parser.add_argument(f"--{f.name}", type=kind, default=f.default)
     opt = Options(**vars(parser.parse_args(argv)))
+    widths = opt.widths.split(",")
+    if not all(w.isdigit() and int(w) > 0 for w in widths):
+        parser.error(f"--widths: positive integers separated by commas, not {opt.widths!r}")
+    if opt.instances < 1 or opt.reps < 1:
+        parser.error("--instances and --reps: at least 1")
     if opt.quick:
         opt.reps, opt.warmup, opt.batch, opt.widths = min(opt.reps, 3), 1, min(opt.batch, 8), "32"
         opt.instances = min(opt.instances, 2)
