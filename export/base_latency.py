@@ -10,6 +10,14 @@ A found network's cost over a *predicted* base carries the base's error whole, s
 measures the base instead: exported as ``python -m export.onnx --no-tune`` would ship it (random
 weights and BatchNorm statistics; time does not depend on them) and timed in one session at the
 budget's batches, one thread, before training starts.
+
+The table's milliseconds are those of the hour it was measured, and the machine's speed drifts:
+the same machine type ran the table's own operators 1.15x to 1.7x their tabled time at different
+hours of one day, and a base timed in a slow hour, divided into a found network's predicted
+milliseconds, let the search overspend its budget by as much. So the base's time is put in the
+table's time: a few of the table's points are timed in turns with the base
+(:func:`export.latency_table.probe_times`), and the base's milliseconds divided by how much
+slower than tabled they ran (:func:`base_in_table_time`).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 from collections.abc import Sequence
 
@@ -25,8 +34,10 @@ import torch
 
 from dnarch_deploy import Architecture, DNArch, ModelConfig
 from dnarch_deploy.calibration import calibrate
+from dnarch_deploy.latency import LatencyTable, load_table
 
 from .emit import to_onnx
+from .latency_table import probe_sessions, probe_times, speed_against
 from .lowering import lower
 from .pipeline import ExportOptions
 from .policy import choose_lowering
@@ -35,6 +46,7 @@ from .timing import measure, random_feeds, runner, session
 from .tune import example_input
 
 REPEATS = 40  # timed calls per batch (the median is kept)
+ROUNDS = 4  # rounds of probe points and base calls (base_in_table_time)
 
 
 def random_inputs(config: ModelConfig, samples: int, generator: torch.Generator) -> torch.Tensor:
@@ -61,29 +73,61 @@ def untrained_export(model: DNArch) -> tuple[onnx.ModelProto, Architecture]:
     return to_onnx(lower(static, tactics, resample), (example_input(static),)), frozen.architecture
 
 
-def base_milliseconds(config: ModelConfig, batches: Sequence[int], threads: int = 1,
-                      repeats: int = REPEATS) -> list[float]:
-    """The median onnxruntime milliseconds of the base network of ``config`` (its CCNN_{D,H}:
-    nothing learned), exported as shipped, at each of ``batches``."""
+def base_session(config: ModelConfig, threads: int = 1) -> tuple[onnx.ModelProto, object]:
+    """(the graph, an onnxruntime session) of the base network of ``config`` (its CCNN_{D,H}:
+    nothing learned), exported as shipped."""
     with torch.random.fork_rng(devices=[]):  # the CPU generator only: no CUDA context
         torch.manual_seed(0)
         graph, _ = untrained_export(calibrated(DNArch(dataclasses.replace(config, learn="none"))))
-    sess = session(graph, threads)
-    vocab = config.vocab_size
-    return [measure([runner(sess, random_feeds(graph, b, vocab))], repeats)[0]["median_ms"]
-            for b in batches]
+    return graph, session(graph, threads)
+
+
+def _median_ms(base: tuple, config: ModelConfig, batch: int, repeats: int) -> float:
+    graph, sess = base
+    feeds = random_feeds(graph, batch, config.vocab_size)
+    return measure([runner(sess, feeds)], repeats)[0]["median_ms"]
+
+
+def base_milliseconds(config: ModelConfig, batches: Sequence[int], threads: int = 1,
+                      repeats: int = REPEATS) -> list[float]:
+    """The median onnxruntime milliseconds of the base network of ``config`` at each of
+    ``batches`` (:func:`base_session`)."""
+    base = base_session(config, threads)
+    return [_median_ms(base, config, b, repeats) for b in batches]
+
+
+def base_in_table_time(config: ModelConfig, batches: Sequence[int], table: LatencyTable,
+                       threads: int = 1, rounds: int = ROUNDS) -> dict[str, list[float]]:
+    """The base's milliseconds in ``table``'s time at each of ``batches``: ``{"base_ms": ...}``,
+    the base's measured time over ``speed``, how many times their tabled time the table's probe
+    points took (:func:`~export.latency_table.speed_against`). Timed in ``rounds``, each the
+    probe points then REPEATS / rounds calls of the base, so that the two see the same speed;
+    each figure is the median over rounds (``measured_ms`` and ``speed`` too, for the note)."""
+    base, probes = base_session(config, threads), probe_sessions(threads)
+    runs = []
+    for _ in range(rounds):
+        speed = speed_against(table, probe_times(probes, list(batches)))
+        runs.append([(_median_ms(base, config, b, REPEATS // rounds), speed[b]) for b in batches])
+    per_batch = list(zip(*runs))  # per batch, its (measured, speed) of every round
+    return {"base_ms": [statistics.median(m / v for m, v in r) for r in per_batch],
+            "measured_ms": [statistics.median(m for m, _ in r) for r in per_batch],
+            "speed": [statistics.median(v for _, v in r) for r in per_batch]}
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m export.base_latency --model JSON --batch 1 --batch 32``: prints
-    ``{"base_ms": [...]}``, the base's milliseconds at each batch (search.run's --cost latency
-    runs it in a process of its own)."""
+    ``{"base_ms": [...], "measured_ms": [...], "speed": [...]}`` (:func:`base_in_table_time`,
+    against this machine's latency table or ``--latency-table``'s), the base's milliseconds at
+    each batch (search.run's --cost latency runs it in a process of its own)."""
     parser = argparse.ArgumentParser(prog="python -m export.base_latency",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True,
                         help="the model's config as JSON (config.json's \"model\")")
     parser.add_argument("--batch", type=int, action="append", required=True,
                         help="a batch size (repeatable)")
+    parser.add_argument("--latency-table", default="",
+                        help="the latency table whose time the base is put in (default: this "
+                             "machine's, else the bundled one)")
     args = parser.parse_args(argv)
     try:
         config = ModelConfig(**json.loads(args.model))
@@ -91,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--model: not a model config: {e}")
     if min(args.batch) < 1:
         parser.error(f"every --batch must be >= 1, got {args.batch}")
-    print(json.dumps({"base_ms": base_milliseconds(config, args.batch)}))
+    table = load_table(args.latency_table or None, threads=1, batches=args.batch)
+    print(json.dumps(base_in_table_time(config, args.batch, table)))
     return 0
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -357,6 +358,47 @@ def channel_block(threads: int, quick: bool = False) -> int:
         return sum((t - p - offset) ** 2 for t, p in zip(log_ms, log_padded))
 
     return min(CHANNEL_BLOCKS, key=misfit)
+
+
+# Table points timed again to tell how fast this machine runs now against the table (the same
+# machine type ran them 1.15x to 1.7x their tabled time on different hours of one day): the
+# base CCNN's kinds, at its width, on a sequence and an image.
+SPEED_PROBE_KINDS = ("linear", "pointwise", "conv.direct", "add")
+SPEED_PROBE_SIZES = ((1024,), (32, 32))
+
+
+def speed_probe_cases() -> list[Case]:
+    """The cases :func:`probe_times` times: each of SPEED_PROBE_KINDS at 32 channels on each of
+    SPEED_PROBE_SIZES (a direct convolution with the grid's short kernel, 9 taps an axis)."""
+    return [Case(kind, 32, size, taps=tuple(min(9, t) for t in global_taps(size))
+                 if kind == "conv.direct" else ())
+            for kind in SPEED_PROBE_KINDS for size in SPEED_PROBE_SIZES]
+
+
+def probe_sessions(threads: int) -> list[tuple]:
+    """(its ONNX graph, an onnxruntime session) of each :func:`speed_probe_cases` case."""
+    return list(case_sessions(speed_probe_cases(), threads))
+
+
+def probe_times(sessions: list[tuple], batches: list[int]) -> dict[int, list[float]]:
+    """Per batch, the median milliseconds of a call of each probe case (:func:`probe_sessions`)
+    now."""
+    return {b: [median_ms(runner(sess, random_feeds(sub, b))) for sub, sess in sessions]
+            for b in batches}
+
+
+def speed_against(table: LatencyTable, times: dict[int, list[float]]) -> dict[int, float]:
+    """Per batch, how many times its tabled time this machine took for the probe cases just now
+    (:func:`probe_times`): the median over cases of the call's time over the table's (the
+    operator's predicted milliseconds plus a call's fixed cost). 1.0: as fast as when the table
+    was measured; 1.4: 40 % slower."""
+    speed = {}
+    for b, measured in times.items():
+        ratios = [ms / (table.predict_ms(case.kind, macs(case), b, len(case.size), None,
+                                         point_shape(case)) + table.overhead(b))
+                  for case, ms in zip(speed_probe_cases(), measured, strict=True)]
+        speed[b] = statistics.median(ratios)
+    return speed
 
 
 def operator_ms(measured: float, overhead: float, share: float = 1.0) -> float:

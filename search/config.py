@@ -170,11 +170,14 @@ class SearchConfig:
                                   "a network's cost over the base's is the mean of its "
                                   "per-batch ratios")
     # The table predicts operators alone and errs most on the base, the budget's reference (8x8:
-    # 1.40x its measured time; 251 samples at batch 32: 0.71x): export.base_latency says why.
+    # 1.40x its measured time; 251 samples at batch 32: 0.71x), and the machine's speed drifts
+    # from the table's hour (1.15x to 1.7x): export.base_latency says why.
     base_ms: list[float] = _f(None, "with --cost latency: the base network's onnxruntime "
-                              "milliseconds at each --latency-batch, in order (repeatable; "
-                              "default: measured on this machine, 1 thread, before the search "
-                              "starts, and saved in config.json), of which the budget is a share")
+                              "milliseconds at each --latency-batch, in order, in the latency "
+                              "table's time (repeatable; default: measured on this machine, 1 "
+                              "thread, before the search starts, in turns with some of the "
+                              "table's points, divided by how much slower than tabled they ran, "
+                              "and saved in config.json), of which the budget is a share")
     # The paper's §5 "multiple constraints": a limit (not a target) beside the budget.
     max_params: int = _f(0, "a limit on the deployed network's parameters (0: none): a second "
                          "complexity term lambda * relu(P / max_params - 1)^2 beside the "

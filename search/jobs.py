@@ -109,23 +109,27 @@ def run_module(module: str, *args: str) -> float:
     return time.perf_counter() - t0
 
 
-def base_milliseconds(mcfg, batches: list[int]) -> list[float]:
-    """The base network's measured onnxruntime milliseconds at ``batches`` (``--cost
-    latency``), by ``python -m export.base_latency`` in a process of its own: search and export
-    meet only through processes and files. Says them in a note; raises JobError (its message
-    for the user) when it fails."""
+def base_milliseconds(mcfg, batches: list[int], table: str = "") -> list[float]:
+    """The base network's onnxruntime milliseconds at ``batches`` (``--cost latency``) in the
+    time of the latency table ``table`` (``--latency-table``; empty: this machine's), by ``python
+    -m export.base_latency`` in a process of its own: search and export meet only through
+    processes and files. Says them in a note, with the time measured and the machine's speed
+    against the table; raises JobError (its message for the user) when it fails."""
     cmd = [sys.executable, "-m", "export.base_latency", "--model", json.dumps(mcfg.to_dict()),
-           *(f"--batch={b}" for b in batches)]
+           *(f"--batch={b}" for b in batches), f"--latency-table={table}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=environment(), cwd=ROOT)
     if proc.returncode != 0:
         raise JobError(f"timing the base network for --cost latency: python -m "
                        f"export.base_latency failed ({proc.returncode}): "
                        f"{proc.stderr.strip()[-2000:]} (--base-ms gives its times instead)")
-    times = json.loads(proc.stdout)["base_ms"]
-    at = ", ".join(f"{ms:.4g} ms at batch {b}" for b, ms in zip(batches, times))
-    print(f"note: the base network runs in {at} here (onnxruntime, 1 thread); the budget is a "
-          f"share of that (--base-ms pins it)", file=sys.stderr)
-    return times
+    timed = json.loads(proc.stdout)
+    at = ", ".join(f"{ms:.4g} ms at batch {b}" for b, ms in zip(batches, timed["measured_ms"]))
+    speed = ", ".join(f"{v:.2f}x" for v in timed["speed"])
+    shares = ", ".join(f"{ms:.4g}" for ms in timed["base_ms"])
+    print(f"note: the base network runs in {at} here (onnxruntime, 1 thread), while the latency "
+          f"table's own operators ran at {speed} their tabled time: the budget is a share of "
+          f"{shares} ms, the base's time in the table's (--base-ms pins it)", file=sys.stderr)
+    return timed["base_ms"]
 
 
 def execute(run: Run, timings: dict) -> dict:

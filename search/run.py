@@ -130,7 +130,7 @@ def with_base_time(cfg: SearchConfig, mcfg, world) -> SearchConfig:
         from .jobs import JobError, base_milliseconds
 
         try:
-            timed = (base_milliseconds(mcfg, cfg.latency_batch), None)
+            timed = (base_milliseconds(mcfg, cfg.latency_batch, cfg.latency_table), None)
         except JobError as e:
             timed = (None, str(e))
     times, failure = distributed.broadcast(timed, world)

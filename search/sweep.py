@@ -207,7 +207,7 @@ def base_time(cfg: SweepConfig, search_flags: list[str]) -> list[float]:
     except ValueError:  # a network over the limits: check_task says so, per model
         return []
     try:
-        return base_milliseconds(mcfg, search.latency_batch)
+        return base_milliseconds(mcfg, search.latency_batch, search.latency_table)
     except JobError as e:
         raise UsageError(str(e)) from None
 

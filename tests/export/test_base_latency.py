@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 import pytest
 import torch
@@ -45,7 +47,8 @@ def test_the_base_is_timed_at_each_batch_without_touching_the_seeded_generator()
 
 def test_the_command_prints_the_base_milliseconds_and_refuses_a_bad_config():
     """``python -m export.base_latency``, as search.run runs it: one JSON line with a time per
-    batch; a config that is not one is one argparse error, exit 2."""
+    batch, in the table's time and as measured, and the machine's speed; a config that is not
+    one is one argparse error, exit 2."""
     import json
     import subprocess
     import sys
@@ -55,8 +58,66 @@ def test_the_command_prints_the_base_milliseconds_and_refuses_a_bad_config():
            "--batch", "1", "--batch", "8"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    times = json.loads(proc.stdout)["base_ms"]
+    timed = json.loads(proc.stdout)
+    times = timed["base_ms"]  # in the latency table's time: measured over the machine's speed
     assert len(times) == 2 and all(t > 0 for t in times)
+    assert len(timed["measured_ms"]) == len(timed["speed"]) == 2 and min(timed["speed"]) > 0
     bad = subprocess.run([*cmd[:3], "--model", '{"width": 4}', "--batch", "1"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--model: not a model config" in bad.stderr
+
+
+def slowed(table, factor: float):
+    """``table`` as measured on a machine ``factor`` times slower: every point and the call's
+    fixed cost ``factor`` times longer."""
+    from dnarch_deploy.latency import LatencyTable
+
+    header = {**table.header,
+              "overhead_ms": {b: factor * ms for b, ms in table.header["overhead_ms"].items()}}
+    points = {b: {k: [p._replace(ms=factor * p.ms) for p in ps] for k, ps in kinds.items()}
+              for b, kinds in table.points.items()}
+    return LatencyTable(header=header, points=points)
+
+
+def test_the_machine_speed_is_the_probe_times_over_the_tables():
+    """speed_against: probe calls that take exactly their tabled time (operator + a call's fixed
+    cost) are speed 1; against a table measured twice as slow, 0.5; three times the tabled time,
+    3. The probe cases are points the table measured (no interpolation in between)."""
+    from dnarch_deploy.latency import load_table
+    from export.latency_table import macs, point_shape, speed_against, speed_probe_cases
+
+    table = load_table()
+    measured = {(k, p.shape) for b in (1, 32) for k, ps in table.points[b].items() for p in ps}
+    cases = speed_probe_cases()
+    assert all((c.kind, str(c)) in measured for c in cases)
+    tabled = {b: [table.predict_ms(c.kind, macs(c), b, len(c.size), None, point_shape(c))
+                  + table.overhead(b) for c in cases] for b in (1, 32)}
+    assert speed_against(table, tabled) == pytest.approx({1: 1.0, 32: 1.0}, rel=1e-9)
+    assert speed_against(slowed(table, 2.0), tabled) == pytest.approx({1: 0.5, 32: 0.5}, rel=1e-9)
+    thrice = {b: [3 * t for t in ts] for b, ts in tabled.items()}
+    assert speed_against(table, thrice) == pytest.approx({1: 3.0, 32: 3.0}, rel=1e-9)
+
+
+def test_the_base_in_table_time_divides_each_round_by_its_speed(monkeypatch):
+    """base_in_table_time times the probe and the base in turns: a round that ran 2x slow
+    measures the base 2x long and counts the same time in the table's; each figure is the median
+    over rounds."""
+    import export.base_latency as B
+
+    config = ModelConfig(**CASES["1d"], depth=1, width=4, learn="KRWD")
+    speeds = iter([1.0, 2.0, 2.0, 1.5])  # one per round
+    state = {}
+
+    def probe(sessions, batches):
+        state["speed"] = next(speeds)
+        return {b: [state["speed"]] for b in batches}
+
+    monkeypatch.setattr(B, "probe_sessions", lambda threads: [])
+    monkeypatch.setattr(B, "probe_times", probe)
+    monkeypatch.setattr(B, "speed_against",
+                        lambda table, times: {b: t[0] for b, t in times.items()})
+    monkeypatch.setattr(B, "_median_ms", lambda base, cfg, b, repeats: b * 0.1 * state["speed"])
+    got = B.base_in_table_time(config, [1, 32], table=None, rounds=4)
+    assert got["base_ms"] == pytest.approx([0.1, 3.2], rel=1e-12)
+    assert got["speed"] == [1.75, 1.75] == [statistics.median([1.0, 2.0, 2.0, 1.5])] * 2
+    assert got["measured_ms"] == pytest.approx([0.175, 5.6], rel=1e-12)
