@@ -426,8 +426,9 @@ def setting_lines(out: Path, sweeps: dict[str, dict | str]) -> list[str]:
             f"thread(s), median of {pareto.get('repeats', '?')} calls; measured with Python "
             f"{env.get('python', '?')}, torch {env.get('torch', '?')}, onnxruntime "
             f"{env.get('onnxruntime', '?')} on {env.get('cpu_count', '?')} CPUs"
-            + (f"; the searches' budgets a share of the base's measured "
-               f"{' / '.join(f'{ms:.4g}' for ms in plan['base_ms'])} ms (sweep.json's base_ms)"
+            + (f"; the searches' budgets a share of the base's "
+               f"{' / '.join(f'{ms:.4g}' for ms in plan['base_ms'])} ms (sweep.json's base_ms: "
+               f"measured, in the latency table's time)"
                if plan.get("base_ms") else "") + ".")
     return lines
 

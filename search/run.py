@@ -163,9 +163,9 @@ def unreachable_budget(cfg: SearchConfig, mcfg, budget: float) -> str | None:
     low, high = (c / base for c in cost_range(mcfg, units))
     if low * (1 - 1e-9) <= budget <= high * (1 + 1e-9):
         return None
-    against = (f" of the base's measured time ({cfg.base_ms[0]:.4g} ms at batch "
-               f"{cfg.latency_batch[0]}, --base-ms)" if cfg.cost == "latency" and cfg.base_ms
-               else "")
+    against = (f" of the base's time ({cfg.base_ms[0]:.4g} ms at batch "
+               f"{cfg.latency_batch[0]} in the latency table's time, --base-ms)"
+               if cfg.cost == "latency" and cfg.base_ms else "")
     return (f"no network the search can reach costs that much; with --learn {mcfg.learn} on "
             f"this task (CCNN_{{{mcfg.depth},{mcfg.width}}}, input "
             f"{'x'.join(map(str, mcfg.input_size))}) budgets from {low:.3g} to {high:.3g}"

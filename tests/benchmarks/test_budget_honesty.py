@@ -220,6 +220,7 @@ def test_the_report_names_the_measured_base_a_latency_sweep_used(tmp_path: Path)
     lines = results.read_text().splitlines()
     gunpoint_sweep = next(ln for ln in lines if ln.startswith("- ucr:GunPoint: learn"))
     digits_sweep = next(ln for ln in lines if ln.startswith("- digits: learn"))
-    assert gunpoint_sweep.endswith("; the searches' budgets a share of the base's measured "
-                                   "0.25 / 7.5 ms (sweep.json's base_ms).")
+    assert gunpoint_sweep.endswith("; the searches' budgets a share of the base's 0.25 / 7.5 "
+                                   "ms (sweep.json's base_ms: measured, in the latency table's "
+                                   "time).")
     assert "base_ms" not in digits_sweep and digits_sweep.endswith("CPUs.")

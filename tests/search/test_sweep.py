@@ -134,8 +134,8 @@ def test_default_budgets_the_search_cannot_reach_are_left_out_with_a_note(
     plan = json.loads((out / "sweep.json").read_text())
     err = capsys.readouterr().err
     low, high = (float(v) for v in re.search(r"budgets from ([\d.]+) to ([\d.]+) of the base's "
-                                             r"measured time \(.* ms at batch 1, --base-ms\) "
-                                             r"are reachable",
+                                             r"time \(.* ms at batch 1 in the latency table's "
+                                             r"time, --base-ms\) are reachable",
                                              err).groups())
     assert 0.25 < low < 1 < high
     kept = [b for b in (0.125, 0.25, 0.5, 1.0) if b >= low]
