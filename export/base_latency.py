@@ -12,7 +12,7 @@ weights and BatchNorm statistics; time does not depend on them) and timed in one
 budget's batches, one thread, before training starts.
 
 The table's milliseconds are those of the hour it was measured, and the machine's speed drifts:
-the same machine type ran the table's own operators 1.15x to 1.7x their tabled time at different
+the same machine type ran the table's own operators 1.0x to 1.7x their tabled time at different
 hours of one day, and a base timed in a slow hour, divided into a found network's predicted
 milliseconds, let the search overspend its budget by as much. So the base's time is put in the
 table's time: a few of the table's points are timed in turns with the base

@@ -360,8 +360,8 @@ def channel_block(threads: int, quick: bool = False) -> int:
     return min(CHANNEL_BLOCKS, key=misfit)
 
 
-# Table points timed again to tell how fast this machine runs now against the table (the same
-# machine type ran them 1.15x to 1.7x their tabled time on different hours of one day): the
+# Table points timed again to tell how fast this machine runs now against the table (it ran
+# the table's points at 1.0x to 1.7x their tabled time in different hours of one day): the
 # base CCNN's kinds, at its width, on a sequence and an image.
 SPEED_PROBE_KINDS = ("linear", "pointwise", "conv.direct", "add")
 SPEED_PROBE_SIZES = ((1024,), (32, 32))
