@@ -12,12 +12,12 @@ weights and BatchNorm statistics; time does not depend on them) and timed in one
 budget's batches, one thread, before training starts.
 
 The table's milliseconds are those of the hour it was measured, and the machine's speed drifts:
-the same machine type ran the table's own operators 1.0x to 1.7x their tabled time at different
-hours of one day, and a base timed in a slow hour, divided into a found network's predicted
-milliseconds, let the search overspend its budget by as much. So the base's time is put in the
-table's time: a few of the table's points are timed in turns with the base
-(:func:`export.latency_table.probe_times`), and the base's milliseconds divided by how much
-slower than tabled they ran (:func:`base_in_table_time`).
+this machine ran the table's own operators at 0.99x to 1.40x their tabled time from one call to
+the next (benchmarks/base_drift.py), and a base timed in a slow moment, divided into a found
+network's predicted milliseconds, let the search overspend its budget by as much. So the
+base's time is put in the table's time: a few of the table's points are timed in turns with the
+base (:func:`export.latency_table.probe_times`), and the base's milliseconds divided by how
+much slower than tabled they ran (:func:`base_in_table_time`).
 """
 
 from __future__ import annotations
@@ -83,17 +83,10 @@ def base_session(config: ModelConfig, threads: int = 1) -> tuple[onnx.ModelProto
 
 
 def _median_ms(base: tuple, config: ModelConfig, batch: int, repeats: int) -> float:
+    """The median milliseconds of ``repeats`` calls of the base (:func:`base_session`)."""
     graph, sess = base
     feeds = random_feeds(graph, batch, config.vocab_size)
     return measure([runner(sess, feeds)], repeats)[0]["median_ms"]
-
-
-def base_milliseconds(config: ModelConfig, batches: Sequence[int], threads: int = 1,
-                      repeats: int = REPEATS) -> list[float]:
-    """The median onnxruntime milliseconds of the base network of ``config`` at each of
-    ``batches`` (:func:`base_session`)."""
-    base = base_session(config, threads)
-    return [_median_ms(base, config, b, repeats) for b in batches]
 
 
 def base_in_table_time(config: ModelConfig, batches: Sequence[int], table: LatencyTable,

@@ -361,8 +361,8 @@ def channel_block(threads: int, quick: bool = False) -> int:
 
 
 # Table points timed again to tell how fast this machine runs now against the table (it ran
-# the table's points at 1.0x to 1.7x their tabled time in different hours of one day): the
-# base CCNN's kinds, at its width, on a sequence and an image.
+# them at 0.99x to 1.40x their tabled time from one call to the next: benchmarks/base_drift.py):
+# the base CCNN's kinds, at its width, on a sequence and an image.
 SPEED_PROBE_KINDS = ("linear", "pointwise", "conv.direct", "add")
 SPEED_PROBE_SIZES = ((1024,), (32, 32))
 
@@ -376,8 +376,10 @@ def speed_probe_cases() -> list[Case]:
 
 
 def probe_sessions(threads: int) -> list[tuple]:
-    """(its ONNX graph, an onnxruntime session) of each :func:`speed_probe_cases` case."""
-    return list(case_sessions(speed_probe_cases(), threads))
+    """(its ONNX graph, an onnxruntime session) of each :func:`speed_probe_cases` case. Their
+    random weights and example inputs leave the caller's torch generator as it was."""
+    with torch.random.fork_rng(devices=[]):  # the CPU generator only: no CUDA context
+        return list(case_sessions(speed_probe_cases(), threads))
 
 
 def probe_times(sessions: list[tuple], batches: list[int]) -> dict[int, list[float]]:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dnarch_deploy import DNArch, ModelConfig, describe
-from export.base_latency import base_milliseconds, calibrated, random_inputs, untrained_export
+from export.base_latency import base_in_table_time, calibrated, random_inputs, untrained_export
 from export.timing import session
 
 CASES = {
@@ -34,14 +34,19 @@ def test_the_untrained_export_computes_what_the_model_computes(case):
 
 
 def test_the_base_is_timed_at_each_batch_without_touching_the_seeded_generator():
-    """One median per batch, in order, the larger batch the longer; the search's torch seed
-    draws the same numbers after the measurement as without it."""
+    """One figure per batch, in order, the larger batch the longer, measured and in the table's
+    time alike; the search's torch seed draws the same numbers after the measurement as
+    without it."""
+    from dnarch_deploy.latency import load_table
+
     config = ModelConfig(**CASES["1d"], depth=2, width=8, learn="KRWD")
     torch.manual_seed(3)
     expected = torch.rand(4)
     torch.manual_seed(3)
-    times = base_milliseconds(config, [1, 64], repeats=8)
-    assert len(times) == 2 and 0 < times[0] < times[1]
+    timed = base_in_table_time(config, [1, 64], load_table(), rounds=2)
+    for key in ("base_ms", "measured_ms"):
+        assert len(timed[key]) == 2 and 0 < timed[key][0] < timed[key][1], key
+    assert len(timed["speed"]) == 2 and min(timed["speed"]) > 0
     assert torch.equal(torch.rand(4), expected)
 
 
