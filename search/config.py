@@ -171,7 +171,7 @@ class SearchConfig:
                                   "per-batch ratios")
     # The table predicts operators alone and errs most on the base, the budget's reference (8x8:
     # 1.40x its measured time; 251 samples at batch 32: 0.71x), and the machine's speed drifts
-    # from the table's hour (1.0x to 1.7x): export.base_latency says why.
+    # (up to 1.4x between calls): export.base_latency says why.
     base_ms: list[float] = _f(None, "with --cost latency: the base network's onnxruntime "
                               "milliseconds at each --latency-batch, in order, in the latency "
                               "table's time (repeatable; default: measured on this machine, 1 "

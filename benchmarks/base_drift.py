@@ -1,0 +1,97 @@
+"""How steady the base's time is, as measured and in the latency table's time.
+
+A ``--cost latency`` budget is a share of the base network's time, which the search measures
+before it trains (export.base_latency). This machine's speed drifts between hours, so the
+search puts the base's time in the latency table's time: it times eight of the table's own
+points in turns with the base and divides by how much slower than tabled they ran. This calls
+that measurement (``base_in_table_time``, as ``python -m export.base_latency`` does) several
+times on one task and reports, per call, the base's measured milliseconds, the machine's speed
+against the table and the base in the table's time, at batches 1 and 32, with each column's
+spread (max / min). The table's own prediction of the base is printed beside them.
+
+    python benchmarks/base_drift.py --task ucr:GunPoint --calls 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import onnxruntime
+import torch
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dnarch_deploy.cost import Units, base_cost  # noqa: E402
+from dnarch_deploy.latency import load_table  # noqa: E402
+from export.base_latency import base_in_table_time  # noqa: E402
+from search.config import parse_args  # noqa: E402
+from search.tasks import TaskError, load_task  # noqa: E402
+from search.train import model_config  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "base_drift.md"
+BATCHES = [1, 32]
+
+
+def spread(values: list[float]) -> str:
+    return f"{max(values) / min(values):.2f}"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="ucr:GunPoint")
+    parser.add_argument("--calls", type=int, default=5, help="measurements, one after another")
+    parser.add_argument("--gap", type=float, default=0.0, help="seconds between calls")
+    parser.add_argument("--out", default=str(RESULTS))
+    opt = parser.parse_args(argv)
+    if opt.calls < 1 or opt.gap < 0:
+        parser.error(f"--calls must be >= 1 and --gap >= 0, got {opt.calls} and {opt.gap}")
+    try:
+        mcfg = model_config(parse_args(["--task", opt.task, "--cost", "latency"])[0],
+                            load_task(opt.task, seed=0))
+    except TaskError as e:
+        parser.error(f"--task {opt.task}: {e}")
+    torch.set_num_threads(1)
+    table = load_table(threads=1, batches=BATCHES)
+    rows = []
+    for i in tqdm(range(opt.calls), desc="base timings"):
+        if i and opt.gap:
+            time.sleep(opt.gap)
+        rows.append(base_in_table_time(mcfg, BATCHES, table))
+    predicted = [base_cost(mcfg, Units(table, b)) for b in BATCHES]
+    command = shlex.join(["python", "benchmarks/base_drift.py",
+                          *(sys.argv[1:] if argv is None else argv)])
+    lines = [f"# The base's time, measured and in the latency table's time: {opt.task}", "",
+             f"`{command}`: {opt.calls} calls of export.base_latency.base_in_table_time, "
+             f"{opt.gap:g} s apart, one thread. Machine: "
+             f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
+             f"{platform.python_version()}, torch {torch.__version__}, onnxruntime "
+             f"{onnxruntime.__version__}; latency table {table.source} (measured "
+             f"{table.header.get('date', '?')}). The table predicts the base at "
+             f"{predicted[0]:.4g} / {predicted[1]:.4g} ms (batch 1 / 32).", "",
+             "| call | measured ms B=1 / B=32 | speed against the table B=1 / B=32 "
+             "| in the table's time, ms B=1 / B=32 |", "|---|---|---|---|"]
+    for i, r in enumerate(rows):
+        m, v, t = r["measured_ms"], r["speed"], r["base_ms"]
+        lines.append(f"| {i} | {m[0]:.4g} / {m[1]:.4g} | {v[0]:.2f} / {v[1]:.2f} | "
+                     f"{t[0]:.4g} / {t[1]:.4g} |")
+    col = {k: list(zip(*(r[k] for r in rows))) for k in ("measured_ms", "speed", "base_ms")}
+    lines.append(f"| spread (max / min) | {spread(col['measured_ms'][0])} / "
+                 f"{spread(col['measured_ms'][1])} | {spread(col['speed'][0])} / "
+                 f"{spread(col['speed'][1])} | {spread(col['base_ms'][0])} / "
+                 f"{spread(col['base_ms'][1])} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    Path(opt.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(opt.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
