@@ -2,12 +2,14 @@
 
 A ``--cost latency`` budget is a share of the base network's time, which the search measures
 before it trains (export.base_latency). This machine's speed drifts between hours, so the
-search puts the base's time in the latency table's time: it times eight of the table's own
+search puts the base's time in the latency table's time: it times some of the table's own
 points in turns with the base and divides by how much slower than tabled they ran. This calls
 that measurement (``base_in_table_time``, as ``python -m export.base_latency`` does) several
-times on one task and reports, per call, the base's measured milliseconds, the machine's speed
-against the table and the base in the table's time, at batches 1 and 32, with each column's
-spread (max / min). The table's own prediction of the base is printed beside them.
+times on one task, with each probe in turn (``base``: the table's points nearest the base's own
+operators, weighted by their share of its time; ``generic``: eight fixed points), and reports,
+per call, the base's measured milliseconds, the machine's speed against the table and the base
+in the table's time, at batches 1 and 32, with each column's spread (max / min). The table's
+own prediction of the base is printed beside them.
 
     python benchmarks/base_drift.py --task ucr:GunPoint --calls 5
 """
@@ -31,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from dnarch_deploy.cost import Units, base_cost  # noqa: E402
 from dnarch_deploy.latency import load_table  # noqa: E402
-from export.base_latency import base_in_table_time  # noqa: E402
+from export.base_latency import PROBES, base_in_table_time  # noqa: E402
 from search.config import parse_args  # noqa: E402
 from search.tasks import TaskError, load_task  # noqa: E402
 from search.train import model_config  # noqa: E402
@@ -60,33 +62,36 @@ def main(argv=None) -> None:
         parser.error(f"--task {opt.task}: {e}")
     torch.set_num_threads(1)
     table = load_table(threads=1, batches=BATCHES)
-    rows = []
+    rows = {probe: [] for probe in PROBES}
     for i in tqdm(range(opt.calls), desc="base timings"):
         if i and opt.gap:
             time.sleep(opt.gap)
-        rows.append(base_in_table_time(mcfg, BATCHES, table))
+        for probe in PROBES:  # in turns, so that both see the same hours
+            rows[probe].append(base_in_table_time(mcfg, BATCHES, table, probe=probe))
     predicted = [base_cost(mcfg, Units(table, b)) for b in BATCHES]
     command = shlex.join(["python", "benchmarks/base_drift.py",
                           *(sys.argv[1:] if argv is None else argv)])
     lines = [f"# The base's time, measured and in the latency table's time: {opt.task}", "",
-             f"`{command}`: {opt.calls} calls of export.base_latency.base_in_table_time, "
-             f"{opt.gap:g} s apart, one thread. Machine: "
-             f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
-             f"{platform.python_version()}, torch {torch.__version__}, onnxruntime "
+             f"`{command}`: {opt.calls} calls of export.base_latency.base_in_table_time with "
+             f"each probe ({', '.join(PROBES)}) in turn, {opt.gap:g} s apart, one thread. "
+             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+             f"python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
              f"{onnxruntime.__version__}; latency table {table.source} (measured "
              f"{table.header.get('date', '?')}). The table predicts the base at "
-             f"{predicted[0]:.4g} / {predicted[1]:.4g} ms (batch 1 / 32).", "",
-             "| call | measured ms B=1 / B=32 | speed against the table B=1 / B=32 "
-             "| in the table's time, ms B=1 / B=32 |", "|---|---|---|---|"]
-    for i, r in enumerate(rows):
-        m, v, t = r["measured_ms"], r["speed"], r["base_ms"]
-        lines.append(f"| {i} | {m[0]:.4g} / {m[1]:.4g} | {v[0]:.2f} / {v[1]:.2f} | "
-                     f"{t[0]:.4g} / {t[1]:.4g} |")
-    col = {k: list(zip(*(r[k] for r in rows))) for k in ("measured_ms", "speed", "base_ms")}
-    lines.append(f"| spread (max / min) | {spread(col['measured_ms'][0])} / "
-                 f"{spread(col['measured_ms'][1])} | {spread(col['speed'][0])} / "
-                 f"{spread(col['speed'][1])} | {spread(col['base_ms'][0])} / "
-                 f"{spread(col['base_ms'][1])} |")
+             f"{predicted[0]:.4g} / {predicted[1]:.4g} ms (batch 1 / 32)."]
+    for probe in PROBES:
+        lines += ["", f"Probe `{probe}`:", "",
+                  "| call | measured ms B=1 / B=32 | speed against the table B=1 / B=32 "
+                  "| in the table's time, ms B=1 / B=32 |", "|---|---|---|---|"]
+        for i, r in enumerate(rows[probe]):
+            m, v, t = r["measured_ms"], r["speed"], r["base_ms"]
+            lines.append(f"| {i} | {m[0]:.4g} / {m[1]:.4g} | {v[0]:.2f} / {v[1]:.2f} | "
+                         f"{t[0]:.4g} / {t[1]:.4g} |")
+        col = {k: list(zip(*(r[k] for r in rows[probe])))
+               for k in ("measured_ms", "speed", "base_ms")}
+        lines.append("| spread (max / min) | " + " | ".join(
+            f"{spread(col[k][0])} / {spread(col[k][1])}"
+            for k in ("measured_ms", "speed", "base_ms")) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     Path(opt.out).parent.mkdir(parents=True, exist_ok=True)

@@ -297,7 +297,9 @@ class LatencyTable:
     def batches(self) -> list[int]:
         return sorted(self.points)
 
-    def _nearest(self, batch: int) -> int:
+    def nearest_batch(self, batch: int) -> int:
+        """The measured batch that prices ``batch``: the nearest in log scale (the larger on a
+        tie)."""
         if int(batch) != batch or batch < 1:
             raise ValueError(f"batch must be a positive integer, got {batch!r}")
         return min(self.batches, key=lambda b: (abs(math.log(batch / b)), -b))
@@ -305,7 +307,7 @@ class LatencyTable:
     def overhead(self, batch: int) -> float:
         """Milliseconds a network's call costs besides its operators at ``batch`` (the nearest
         measured batch's; 0 for a table that did not measure it)."""
-        return float(self.header.get("overhead_ms", {}).get(str(self._nearest(batch)), 0.0))
+        return float(self.header.get("overhead_ms", {}).get(str(self.nearest_batch(batch)), 0.0))
 
     def predict_ms(self, kind: str, macs: Tensor | float, batch: int, dims: int = 1,
                    axis: int | None = None, shape: tuple = (0, 0, 0)) -> Tensor | float:
@@ -318,7 +320,7 @@ class LatencyTable:
         float."""
         if kind not in KINDS:
             raise ValueError(f"unknown operator kind {kind!r}; known kinds: {', '.join(KINDS)}")
-        near = self._nearest(batch)
+        near = self.nearest_batch(batch)
         m = macs if isinstance(macs, Tensor) else torch.tensor(float(macs), dtype=torch.float64)
         if not m.is_floating_point():
             m = m.double()

@@ -15,9 +15,11 @@ The table's milliseconds are those of the hour it was measured, and the machine'
 this machine ran the table's own operators at 0.99x to 1.40x their tabled time from one call to
 the next (benchmarks/base_drift.py), and a base timed in a slow moment, divided into a found
 network's predicted milliseconds, let the search overspend its budget by as much. So the
-base's time is put in the table's time: a few of the table's points are timed in turns with the
-base (:func:`export.latency_table.probe_times`), and the base's milliseconds divided by how
-much slower than tabled they ran (:func:`base_in_table_time`).
+base's time is put in the table's time: the table's points nearest the base's own operators
+(:func:`base_probe`) are timed in turns with the base, and the base's milliseconds divided by
+how much slower than tabled they ran, each weighted by its operators' share of the base's time
+(:func:`base_in_table_time`). Drift is not the same for every operator: fixed points of other
+kinds and sizes ran at 0.68x their tabled time in an hour when the base's own ran at 0.86x.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import statistics
 import sys
 from collections.abc import Sequence
@@ -34,10 +37,18 @@ import torch
 
 from dnarch_deploy import Architecture, DNArch, ModelConfig
 from dnarch_deploy.calibration import calibrate
+from dnarch_deploy.cost import Units, base_cost
 from dnarch_deploy.latency import LatencyTable, load_table
 
 from .emit import to_onnx
-from .latency_table import probe_sessions, probe_times, speed_against
+from .latency_table import (
+    Case,
+    nearest_cases,
+    probe_sessions,
+    probe_times,
+    speed_against,
+    speed_probe_cases,
+)
 from .lowering import lower
 from .pipeline import ExportOptions
 from .policy import choose_lowering
@@ -89,17 +100,65 @@ def _median_ms(base: tuple, config: ModelConfig, batch: int, repeats: int) -> fl
     return measure([runner(sess, feeds)], repeats)[0]["median_ms"]
 
 
+class _Recorder:
+    """Units that price as ``units`` do and keep what they priced: (kind, MACs, spatial axes,
+    a resampling's axis, (width, positions, taps), milliseconds) of each operator."""
+
+    base_ms = None  # base_cost prices the operators, not a measured time
+
+    def __init__(self, units: Units):
+        self.units, self.priced = units, []
+
+    def of(self, kind, macs, dims=1, axis=None, shape=(0, 0, 0)):
+        ms = self.units.of(kind, macs, dims, axis, shape)
+        self.priced.append((kind, float(macs), dims, axis, tuple(shape), float(ms)))
+        return ms
+
+    @property
+    def per_call(self) -> float:
+        return self.units.per_call
+
+
+def base_probe(config: ModelConfig, table: LatencyTable,
+               batches: Sequence[int]) -> tuple[list[Case], list[float] | None]:
+    """(cases, weights): the table's points nearest the base network's own operators, each
+    weighted by its share of the base's predicted time, averaged over ``batches``
+    (:func:`~export.latency_table.nearest_cases`); the generic probe, unweighted, if none is
+    found."""
+    positions = math.prod(config.input_size)  # the base runs every operator at full size
+    operators = []
+    for b in batches:
+        recorder = _Recorder(Units(table, b))
+        total = base_cost(config, recorder)
+        operators += [(k, m, d, a, (w, p or positions, t), ms / total / len(batches))
+                      for k, m, d, a, (w, p, t), ms in recorder.priced]
+    chosen = nearest_cases(operators, table, list(batches))
+    if not chosen:
+        return speed_probe_cases(), None
+    return [c for c, _ in chosen], [w for _, w in chosen]
+
+
+PROBES = ("base", "generic")  # base_in_table_time's probes: the base's own points, or fixed ones
+
+
 def base_in_table_time(config: ModelConfig, batches: Sequence[int], table: LatencyTable,
-                       threads: int = 1, rounds: int = ROUNDS) -> dict[str, list[float]]:
+                       threads: int = 1, rounds: int = ROUNDS,
+                       probe: str = "base") -> dict[str, list[float]]:
     """The base's milliseconds in ``table``'s time at each of ``batches``: ``{"base_ms": ...}``,
-    the base's measured time over ``speed``, how many times their tabled time the table's probe
-    points took (:func:`~export.latency_table.speed_against`). Timed in ``rounds``, each the
+    the base's measured time over ``speed``, how many times their tabled time the probe points
+    took (:func:`~export.latency_table.speed_against`): with ``probe`` ``"base"`` the table's
+    points nearest the base's own operators, weighted by their share of its time
+    (:func:`base_probe`), with ``"generic"`` eight fixed points. Timed in ``rounds``, each the
     probe points then REPEATS / rounds calls of the base, so that the two see the same speed;
     each figure is the median over rounds (``measured_ms`` and ``speed`` too, for the note)."""
-    base, probes = base_session(config, threads), probe_sessions(threads)
+    if probe not in PROBES:
+        raise ValueError(f"probe must be one of {PROBES}, got {probe!r}")
+    cases, weights = (base_probe(config, table, batches) if probe == "base"
+                      else (speed_probe_cases(), None))
+    base, probes = base_session(config, threads), probe_sessions(threads, cases)
     runs = []
     for _ in range(rounds):
-        speed = speed_against(table, probe_times(probes, list(batches)))
+        speed = speed_against(table, probe_times(probes, list(batches)), cases, weights)
         runs.append([(_median_ms(base, config, b, REPEATS // rounds), speed[b]) for b in batches])
     per_batch = list(zip(*runs))  # per batch, its (measured, speed) of every round
     return {"base_ms": [statistics.median(m / v for m, v in r) for r in per_batch],

@@ -361,25 +361,58 @@ def channel_block(threads: int, quick: bool = False) -> int:
 
 
 # Table points timed again to tell how fast this machine runs now against the table (it ran
-# them at 0.99x to 1.40x their tabled time from one call to the next: benchmarks/base_drift.py):
-# the base CCNN's kinds, at its width, on a sequence and an image.
+# them at 0.99x to 1.40x their tabled time from one call to the next: benchmarks/base_drift.py).
+# The generic probe: the base CCNN's kinds, at its width, on a sequence and an image.
 SPEED_PROBE_KINDS = ("linear", "pointwise", "conv.direct", "add")
 SPEED_PROBE_SIZES = ((1024,), (32, 32))
 
 
 def speed_probe_cases() -> list[Case]:
-    """The cases :func:`probe_times` times: each of SPEED_PROBE_KINDS at 32 channels on each of
-    SPEED_PROBE_SIZES (a direct convolution with the grid's short kernel, 9 taps an axis)."""
+    """The generic probe: each of SPEED_PROBE_KINDS at 32 channels on each of SPEED_PROBE_SIZES
+    (a direct convolution with the grid's short kernel, 9 taps an axis)."""
     return [Case(kind, 32, size, taps=tuple(min(9, t) for t in global_taps(size))
                  if kind == "conv.direct" else ())
             for kind in SPEED_PROBE_KINDS for size in SPEED_PROBE_SIZES]
 
 
-def probe_sessions(threads: int) -> list[tuple]:
-    """(its ONNX graph, an onnxruntime session) of each :func:`speed_probe_cases` case. Their
-    random weights and example inputs leave the caller's torch generator as it was."""
+def _log_distance(case: Case, op_macs: float, shape: tuple[int, int, int]) -> float:
+    """How far ``case`` is from an operator of ``op_macs`` and ``shape`` (width, positions,
+    taps; 0: unknown): the summed |log| of the ratios of the fields both know."""
+    width, positions, taps = point_shape(case)
+    ours = (macs(case), width, positions or math.prod(case.size), taps)
+    return sum(abs(math.log(x / y)) for x, y in zip(ours, (op_macs, *shape)) if x > 0 and y > 0)
+
+
+def nearest_cases(operators: list[tuple], table: LatencyTable, batches: list[int],
+                  most: int = 8) -> list[tuple[Case, float]]:
+    """A probe made of a network's own operators: for each of ``operators`` (kind, MACs, spatial
+    axes, a resampling's axis, (width, positions, taps) as :func:`point_shape` counts them with
+    0 where unknown, its share of the network's time), the grid case of its kind and axes (and
+    axis) that the table measured at every one of ``batches`` nearest it
+    (:func:`_log_distance`); (case, summed share) for the ``most`` cases of largest share.
+    Timed again, such points drift as the network's operators do: one kind can slow while
+    another keeps its speed (benchmarks/base_drift.py: in one fast hour the generic probe ran
+    at 0.68x its tabled time and GunPoint's base's own points at 0.86x)."""
+    known = {(k, str(c)): c for k, cs in grid().items() for c in cs}
+    measured = [{(k, p.shape) for k, ps in table.points[table.nearest_batch(b)].items()
+                 for p in ps} for b in batches]
+    shares: dict[Case, float] = {}
+    for kind, op_macs, dims, axis, shape, share in operators:
+        cases = [c for (k, name), c in known.items()
+                 if k == kind and len(c.size) == dims and (axis is None or c.axis == axis)
+                 and all((k, name) in m for m in measured)]
+        if cases and op_macs > 0:
+            case = min(cases, key=lambda c: _log_distance(c, op_macs, shape))
+            shares[case] = shares.get(case, 0.0) + share
+    return sorted(shares.items(), key=lambda cs: -cs[1])[:most]
+
+
+def probe_sessions(threads: int, cases: list[Case] | None = None) -> list[tuple]:
+    """(its ONNX graph, an onnxruntime session) of each of ``cases`` (default: the generic
+    :func:`speed_probe_cases`). Their random weights and example inputs leave the caller's torch
+    generator as it was."""
     with torch.random.fork_rng(devices=[]):  # the CPU generator only: no CUDA context
-        return list(case_sessions(speed_probe_cases(), threads))
+        return list(case_sessions(cases or speed_probe_cases(), threads))
 
 
 def probe_times(sessions: list[tuple], batches: list[int]) -> dict[int, list[float]]:
@@ -389,17 +422,24 @@ def probe_times(sessions: list[tuple], batches: list[int]) -> dict[int, list[flo
             for b in batches}
 
 
-def speed_against(table: LatencyTable, times: dict[int, list[float]]) -> dict[int, float]:
-    """Per batch, how many times its tabled time this machine took for the probe cases just now
-    (:func:`probe_times`): the median over cases of the call's time over the table's (the
-    operator's predicted milliseconds plus a call's fixed cost). 1.0: as fast as when the table
-    was measured; 1.4: 40 % slower."""
+def speed_against(table: LatencyTable, times: dict[int, list[float]],
+                  cases: list[Case] | None = None,
+                  weights: list[float] | None = None) -> dict[int, float]:
+    """Per batch, how many times its tabled time this machine took for the probe ``cases``
+    (default: the generic ones) just now (:func:`probe_times`): of each case, the call's time
+    over the table's (the operator's predicted milliseconds plus a call's fixed cost); over the
+    cases, their median, or with ``weights`` (each case's share of a network's time,
+    :func:`nearest_cases`) their weighted mean, the network's own slowdown. 1.0: as fast as
+    when the table was measured; 1.4: 40 % slower."""
+    cases = cases or speed_probe_cases()
     speed = {}
     for b, measured in times.items():
-        ratios = [ms / (table.predict_ms(case.kind, macs(case), b, len(case.size), None,
-                                         point_shape(case)) + table.overhead(b))
-                  for case, ms in zip(speed_probe_cases(), measured, strict=True)]
-        speed[b] = statistics.median(ratios)
+        ratios = [ms / (table.predict_ms(case.kind, macs(case), b, len(case.size),
+                                         case.axis if case.out else None, point_shape(case))
+                        + table.overhead(b))
+                  for case, ms in zip(cases, measured, strict=True)]
+        speed[b] = (statistics.median(ratios) if weights is None else
+                    sum(w * r for w, r in zip(weights, ratios, strict=True)) / sum(weights))
     return speed
 
 

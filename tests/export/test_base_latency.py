@@ -117,12 +117,75 @@ def test_the_base_in_table_time_divides_each_round_by_its_speed(monkeypatch):
         state["speed"] = next(speeds)
         return {b: [state["speed"]] for b in batches}
 
-    monkeypatch.setattr(B, "probe_sessions", lambda threads: [])
+    monkeypatch.setattr(B, "base_probe", lambda config, table, batches: ([], None))
+    monkeypatch.setattr(B, "probe_sessions", lambda threads, cases: [])
     monkeypatch.setattr(B, "probe_times", probe)
     monkeypatch.setattr(B, "speed_against",
-                        lambda table, times: {b: t[0] for b, t in times.items()})
+                        lambda table, times, cases, weights: {b: t[0] for b, t in times.items()})
     monkeypatch.setattr(B, "_median_ms", lambda base, cfg, b, repeats: b * 0.1 * state["speed"])
     got = B.base_in_table_time(config, [1, 32], table=None, rounds=4)
     assert got["base_ms"] == pytest.approx([0.1, 3.2], rel=1e-12)
     assert got["speed"] == [1.75, 1.75] == [statistics.median([1.0, 2.0, 2.0, 1.5])] * 2
     assert got["measured_ms"] == pytest.approx([0.175, 5.6], rel=1e-12)
+
+
+def test_weighted_probe_speed_is_the_share_weighted_mean_of_the_ratios():
+    """speed_against with weights: a case at its tabled time and one at three times it, weighted
+    0.75 and 0.25, are speed 0.75 * 1 + 0.25 * 3 = 1.5 (the network they stand for, slowed
+    operator by operator)."""
+    from dnarch_deploy.latency import load_table
+    from export.latency_table import macs, point_shape, speed_against, speed_probe_cases
+
+    table = load_table()
+    cases = speed_probe_cases()[:2]
+    tabled = [table.predict_ms(c.kind, macs(c), 1, len(c.size), None, point_shape(c))
+              + table.overhead(1) for c in cases]
+    times = {1: [tabled[0], 3 * tabled[1]]}
+    assert speed_against(table, times, cases, [0.75, 0.25]) == pytest.approx({1: 1.5}, rel=1e-9)
+    assert speed_against(table, times, cases) == pytest.approx({1: 2.0}, rel=1e-9)  # median
+
+
+def test_nearest_cases_finds_an_operators_own_point_and_sums_shares():
+    """An operator that is a measured grid point maps to that point; two operators nearest the
+    same point add their shares; an operator of a kind the table lacks is left out; at most
+    ``most`` cases, the largest shares first."""
+    from dnarch_deploy.latency import load_table
+    from export.latency_table import Case, macs, nearest_cases, point_shape
+
+    table = load_table()
+    conv = Case("conv.direct", 32, (256,), taps=(9,))
+    linear = Case("linear", 32, (256,))
+    ops = [("conv.direct", macs(conv), 1, None, point_shape(conv), 0.5),
+           ("conv.direct", macs(conv) * 1.01, 1, None, point_shape(conv), 0.2),
+           ("linear", macs(linear), 1, None, point_shape(linear), 0.25),
+           ("no.such.kind", 1e6, 1, None, (0, 0, 0), 0.05)]
+    got = nearest_cases(ops, table, [1, 32])
+    assert [(str(c), c.kind) for c, _ in got] == [(str(conv), "conv.direct"),
+                                                  (str(linear), "linear")]
+    assert [w for _, w in got] == pytest.approx([0.7, 0.25])
+    assert nearest_cases(ops, table, [1, 32], most=1) == got[:1]
+
+
+def test_the_base_probe_stands_for_the_bases_operators():
+    """base_probe: the points nearest the base's operators, of the kinds the cost model prices
+    it with, weighted by their share of its predicted time (averaged over the batches): all but
+    the call's fixed cost, the convolution first."""
+    from dnarch_deploy.cost import Units, base_cost
+    from dnarch_deploy.latency import load_table
+    from export.base_latency import base_probe
+
+    table = load_table()
+    config = ModelConfig(in_channels=1, out_channels=2, input_size=(251,), depth=4, width=32)
+    cases, weights = base_probe(config, table, [1, 32])
+    assert cases[0].kind.startswith("conv.") and weights == sorted(weights, reverse=True)
+    fixed = statistics.mean(table.overhead(b) / base_cost(config, Units(table, b))
+                            for b in (1, 32))
+    assert sum(weights) == pytest.approx(1 - fixed, rel=1e-9)
+    assert {c.kind for c in cases} <= {"conv.direct", "conv.matmul", "conv.dft", "conv.dense",
+                                       "linear", "pointwise", "add", "copy"}
+
+
+def test_an_unknown_probe_is_refused():
+    with pytest.raises(ValueError, match="probe must be one of"):
+        base_in_table_time(ModelConfig(**CASES["1d"], depth=1, width=4), [1], table=None,
+                           probe="fast")
