@@ -15,11 +15,18 @@ The table's milliseconds are those of the hour it was measured, and the machine'
 this machine ran the table's own operators at 0.99x to 1.40x their tabled time from one call to
 the next (benchmarks/base_drift.py), and a base timed in a slow moment, divided into a found
 network's predicted milliseconds, let the search overspend its budget by as much. So the
-base's time is put in the table's time: the table's points nearest the base's own operators
-(:func:`base_probe`) are timed in turns with the base, and the base's milliseconds divided by
-how much slower than tabled they ran, each weighted by its operators' share of the base's time
-(:func:`base_in_table_time`). Drift is not the same for every operator: fixed points of other
-kinds and sizes ran at 0.68x their tabled time in an hour when the base's own ran at 0.86x.
+base's time is put in the table's time: a few of the table's points are timed in turns with the
+base (:func:`export.latency_table.probe_times`), and the base's milliseconds divided by how
+much slower than tabled they ran (:func:`base_in_table_time`).
+
+Which points: eight fixed ones (``probe="generic"``, the default), not the base's own
+(``probe="base"``, :func:`base_probe`). Drift is not the same for every operator: in one fast
+hour the fixed points ran at 0.68x their tabled time and the base's own at 0.86x. The base's
+own points put the base's time in the table's more steadily (benchmarks/base_drift.py), but a
+budget is met when the *found* network's operators drift as the probe's do, and found networks
+are made of smaller operators than the base: in that hour, with the base's own points, GunPoint's
+and ArrowHead's networks ran at 0.21-0.23 of the base's time at budget 0.25 and 0.89-0.91 at 1,
+with the fixed points 0.28 and 1.30 (README, "Budget honesty").
 """
 
 from __future__ import annotations
@@ -138,19 +145,20 @@ def base_probe(config: ModelConfig, table: LatencyTable,
     return [c for c, _ in chosen], [w for _, w in chosen]
 
 
-PROBES = ("base", "generic")  # base_in_table_time's probes: the base's own points, or fixed ones
+PROBES = ("generic", "base")  # base_in_table_time's probes: fixed points, or the base's own
 
 
 def base_in_table_time(config: ModelConfig, batches: Sequence[int], table: LatencyTable,
                        threads: int = 1, rounds: int = ROUNDS,
-                       probe: str = "base") -> dict[str, list[float]]:
+                       probe: str = "generic") -> dict[str, list[float]]:
     """The base's milliseconds in ``table``'s time at each of ``batches``: ``{"base_ms": ...}``,
     the base's measured time over ``speed``, how many times their tabled time the probe points
-    took (:func:`~export.latency_table.speed_against`): with ``probe`` ``"base"`` the table's
-    points nearest the base's own operators, weighted by their share of its time
-    (:func:`base_probe`), with ``"generic"`` eight fixed points. Timed in ``rounds``, each the
-    probe points then REPEATS / rounds calls of the base, so that the two see the same speed;
-    each figure is the median over rounds (``measured_ms`` and ``speed`` too, for the note)."""
+    took (:func:`~export.latency_table.speed_against`): with ``probe`` ``"generic"`` eight fixed
+    points, with ``"base"`` the table's points nearest the base's own operators, weighted by
+    their share of its time (:func:`base_probe`; module docstring: why not the default). Timed
+    in ``rounds``, each the probe points then REPEATS / rounds calls of the base, so that the two
+    see the same speed; each figure is the median over rounds (``measured_ms`` and ``speed``
+    too, for the note)."""
     if probe not in PROBES:
         raise ValueError(f"probe must be one of {PROBES}, got {probe!r}")
     cases, weights = (base_probe(config, table, batches) if probe == "base"
@@ -177,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the model's config as JSON (config.json's \"model\")")
     parser.add_argument("--batch", type=int, action="append", required=True,
                         help="a batch size (repeatable)")
+    parser.add_argument("--probe", choices=PROBES, default="generic",
+                        help="the table's points timed beside the base: eight fixed ones, or "
+                             "those nearest the base's own operators")
     parser.add_argument("--latency-table", default="",
                         help="the latency table whose time the base is put in (default: this "
                              "machine's, else the bundled one)")
@@ -188,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.batch) < 1:
         parser.error(f"every --batch must be >= 1, got {args.batch}")
     table = load_table(args.latency_table or None, threads=1, batches=args.batch)
-    print(json.dumps(base_in_table_time(config, args.batch, table)))
+    print(json.dumps(base_in_table_time(config, args.batch, table, probe=args.probe)))
     return 0
 
 

@@ -392,7 +392,8 @@ def nearest_cases(operators: list[tuple], table: LatencyTable, batches: list[int
     (:func:`_log_distance`); (case, summed share) for the ``most`` cases of largest share.
     Timed again, such points drift as the network's operators do: one kind can slow while
     another keeps its speed (benchmarks/base_drift.py: in one fast hour the generic probe ran
-    at 0.68x its tabled time and GunPoint's base's own points at 0.86x)."""
+    at 0.68x its tabled time and GunPoint's base's own points at 0.86x; export.base_latency says
+    why the search still uses the generic one)."""
     known = {(k, str(c)): c for k, cs in grid().items() for c in cs}
     measured = [{(k, p.shape) for k, ps in table.points[table.nearest_batch(b)].items()
                  for p in ps} for b in batches]

@@ -127,8 +127,9 @@ def base_milliseconds(mcfg, batches: list[int], table: str = "") -> list[float]:
     speed = ", ".join(f"{v:.2f}x" for v in timed["speed"])
     shares = ", ".join(f"{ms:.4g}" for ms in timed["base_ms"])
     print(f"note: the base network runs in {at} here (onnxruntime, 1 thread), while the latency "
-          f"table's own operators ran at {speed} their tabled time: the budget is a share of "
-          f"{shares} ms, the base's time in the table's (--base-ms pins it)", file=sys.stderr)
+          f"table's probe points ran at {speed} their tabled time: the budget is a share of "
+          f"{shares} ms, the base's time in the table's (--base-ms pins it)",
+          file=sys.stderr)
     return timed["base_ms"]
 
 

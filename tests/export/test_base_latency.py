@@ -51,16 +51,16 @@ def test_the_base_is_timed_at_each_batch_without_touching_the_seeded_generator()
 
 
 def test_the_command_prints_the_base_milliseconds_and_refuses_a_bad_config():
-    """``python -m export.base_latency``, as search.run runs it: one JSON line with a time per
-    batch, in the table's time and as measured, and the machine's speed; a config that is not
-    one is one argparse error, exit 2."""
+    """``python -m export.base_latency``, as search.run runs it (here against the base's own
+    points, ``--probe base``): one JSON line with a time per batch, in the table's time and as
+    measured, and the machine's speed; a config that is not one is one argparse error, exit 2."""
     import json
     import subprocess
     import sys
 
     model = ModelConfig(**CASES["1d"], depth=1, width=4, learn="KRWD").to_dict()
     cmd = [sys.executable, "-m", "export.base_latency", "--model", json.dumps(model),
-           "--batch", "1", "--batch", "8"]
+           "--batch", "1", "--batch", "8", "--probe", "base"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     timed = json.loads(proc.stdout)
