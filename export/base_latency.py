@@ -24,9 +24,9 @@ Which points: eight fixed ones (``probe="generic"``, the default), not the base'
 hour the fixed points ran at 0.68x their tabled time and the base's own at 0.86x. The base's
 own points put the base's time in the table's more steadily (benchmarks/base_drift.py), but a
 budget is met when the *found* network's operators drift as the probe's do, and found networks
-are made of smaller operators than the base: in that hour, with the base's own points, GunPoint's
-and ArrowHead's networks ran at 0.21-0.23 of the base's time at budget 0.25 and 0.89-0.91 at 1,
-with the fixed points 0.28 and 1.30 (README, "Budget honesty").
+are made of smaller operators than the base. In that hour, with the base's own points,
+GunPoint's networks ran at 0.21 of the base's time at budget 0.25 and 0.91 at 1 (batch 1); with
+the fixed points, in the same hour, at 0.28 and 1.30 (README, "Budget honesty").
 """
 
 from __future__ import annotations
