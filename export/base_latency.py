@@ -27,6 +27,11 @@ budget is met when the *found* network's operators drift as the probe's do, and 
 are made of smaller operators than the base. In that hour, with the base's own points,
 GunPoint's networks ran at 0.21 of the base's time at budget 0.25 and 0.91 at 1 (batch 1); with
 the fixed points, in the same hour, at 0.28 and 1.30 (README, "Budget honesty").
+
+So the search, as it trains, also takes the network its masks describe as the probe
+(``probe="found"``, :func:`found_probe`): that network's measured time over its predicted one is
+the slowdown the budget has to meet, and the base's time divided by it is the base in the time of
+the found network's own operators (``search.train``'s latency checks).
 """
 
 from __future__ import annotations
@@ -37,15 +42,17 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import onnx
 import torch
 
 from dnarch_deploy import Architecture, DNArch, ModelConfig
 from dnarch_deploy.calibration import calibrate
-from dnarch_deploy.cost import Units, base_cost
+from dnarch_deploy.cost import Units, architecture_cost, base_cost
 from dnarch_deploy.latency import LatencyTable, load_table
+from dnarch_deploy.rundir import RunError, load_weights
 
 from .emit import to_onnx
 from .latency_table import (
@@ -145,28 +152,57 @@ def base_probe(config: ModelConfig, table: LatencyTable,
     return [c for c, _ in chosen], [w for _, w in chosen]
 
 
-PROBES = ("generic", "base")  # base_in_table_time's probes: fixed points, or the base's own
+def found_probe(model: DNArch, table: LatencyTable, batches: Sequence[int], threads: int = 1,
+                repeats: int = REPEATS // ROUNDS) -> Callable[[], dict[int, float]]:
+    """The found network as its own probe: a function that times ``model``, exported as shipped
+    (its masks frozen; its weights do not change its time), and returns per batch its measured
+    milliseconds over the table's prediction for its architecture (:func:`architecture_cost`,
+    the figure the search's cost reaches for it)."""
+    graph, arch = untrained_export(calibrated(model))
+    found = (graph, session(graph, threads))
+    predicted = {b: architecture_cost(arch, Units(table, b)) for b in batches}
+    return lambda: {b: _median_ms(found, model.config, b, repeats) / predicted[b]
+                    for b in batches}
+
+
+def table_probe(config: ModelConfig, table: LatencyTable, batches: Sequence[int],
+                threads: int = 1, probe: str = "generic") -> Callable[[], dict[int, float]]:
+    """The table's own points as the probe: a function that times them and returns per batch how
+    many times their tabled time they took (:func:`~export.latency_table.speed_against`): eight
+    fixed points (``"generic"``) or those nearest the base's operators (``"base"``,
+    :func:`base_probe`)."""
+    cases, weights = (base_probe(config, table, batches) if probe == "base"
+                      else (speed_probe_cases(), None))
+    sessions = probe_sessions(threads, cases)
+    return lambda: speed_against(table, probe_times(sessions, list(batches)), cases, weights)
+
+
+# base_in_table_time's probes: fixed points, the base's own, or the found network itself
+PROBES = ("generic", "base", "found")
 
 
 def base_in_table_time(config: ModelConfig, batches: Sequence[int], table: LatencyTable,
-                       threads: int = 1, rounds: int = ROUNDS,
-                       probe: str = "generic") -> dict[str, list[float]]:
+                       threads: int = 1, rounds: int = ROUNDS, probe: str = "generic",
+                       found: DNArch | None = None) -> dict[str, list[float]]:
     """The base's milliseconds in ``table``'s time at each of ``batches``: ``{"base_ms": ...}``,
-    the base's measured time over ``speed``, how many times their tabled time the probe points
-    took (:func:`~export.latency_table.speed_against`): with ``probe`` ``"generic"`` eight fixed
-    points, with ``"base"`` the table's points nearest the base's own operators, weighted by
-    their share of its time (:func:`base_probe`; module docstring: why not the default). Timed
-    in ``rounds``, each the probe points then REPEATS / rounds calls of the base, so that the two
-    see the same speed; each figure is the median over rounds (``measured_ms`` and ``speed``
-    too, for the note)."""
+    the base's measured time over ``speed``, how many times their predicted time the probe took:
+    with ``probe`` ``"generic"`` eight fixed points of the table, with ``"base"`` the table's
+    points nearest the base's own operators (module docstring: why neither is the base itself),
+    with ``"found"`` the network ``found`` (:func:`found_probe`). Timed in ``rounds``, each the
+    probe then REPEATS / rounds calls of the base, so that the two see the same speed; each
+    figure is the median over rounds (``measured_ms`` and ``speed`` too, for the note)."""
     if probe not in PROBES:
         raise ValueError(f"probe must be one of {PROBES}, got {probe!r}")
-    cases, weights = (base_probe(config, table, batches) if probe == "base"
-                      else (speed_probe_cases(), None))
-    base, probes = base_session(config, threads), probe_sessions(threads, cases)
+    if (probe == "found") != (found is not None):
+        raise ValueError("the found network is the probe 'found' needs, and only it")
+    base = base_session(config, threads)
+    if found is not None:
+        speed_now = found_probe(found, table, batches, threads, REPEATS // rounds)
+    else:
+        speed_now = table_probe(config, table, batches, threads, probe)
     runs = []
     for _ in range(rounds):
-        speed = speed_against(table, probe_times(probes, list(batches)), cases, weights)
+        speed = speed_now()
         runs.append([(_median_ms(base, config, b, REPEATS // rounds), speed[b]) for b in batches])
     per_batch = list(zip(*runs))  # per batch, its (measured, speed) of every round
     return {"base_ms": [statistics.median(m / v for m, v in r) for r in per_batch],
@@ -186,8 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, action="append", required=True,
                         help="a batch size (repeatable)")
     parser.add_argument("--probe", choices=PROBES, default="generic",
-                        help="the table's points timed beside the base: eight fixed ones, or "
-                             "those nearest the base's own operators")
+                        help="what is timed beside the base: eight fixed points of the table, "
+                             "those nearest the base's own operators, or the found network "
+                             "(--weights)")
+    parser.add_argument("--weights", default="",
+                        help="with --probe found: the found network's weights (a DNArch of "
+                             "--model, safetensors; its masks say the architecture)")
     parser.add_argument("--latency-table", default="",
                         help="the latency table whose time the base is put in (default: this "
                              "machine's, else the bundled one)")
@@ -198,8 +238,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--model: not a model config: {e}")
     if min(args.batch) < 1:
         parser.error(f"every --batch must be >= 1, got {args.batch}")
+    if (args.probe == "found") != bool(args.weights):
+        parser.error("--weights is the found network --probe found times, and only it")
+    found = None
+    if args.weights:
+        found = DNArch(config)
+        try:
+            load_weights(found, Path(args.weights))
+        except RunError as e:
+            parser.error(str(e))
     table = load_table(args.latency_table or None, threads=1, batches=args.batch)
-    print(json.dumps(base_in_table_time(config, args.batch, table, probe=args.probe)))
+    print(json.dumps(base_in_table_time(config, args.batch, table, probe=args.probe,
+                                        found=found)))
     return 0
 
 

@@ -104,7 +104,7 @@ def load_last(run_dir: Path, model, opt, sched) -> dict:
     if not dirs:
         return {"epoch": -1, "step": 0, "best": None, "best_epoch": -1, "wall_seconds": 0.0,
                 "best_fits": False, "first_loss": None,
-                "restarts": []}
+                "restarts": [], "latency_checks": []}
     last = dirs[-1]
     R.load_weights(model, last / "model.safetensors")
     path = last / "state.pt"
@@ -119,6 +119,7 @@ def load_last(run_dir: Path, model, opt, sched) -> dict:
         info["best_fits"] = bool(state.get("best_fits", True))  # runs before the budget rule
         info["first_loss"] = float(state.get("first_loss", float("nan")))  # and stall checks
         info["restarts"] = list(state.get("restarts", []))
+        info["latency_checks"] = list(state.get("latency_checks", []))  # and latency checks
     except Exception as e:  # noqa: BLE001 - any failure here means a damaged or foreign file
         raise damaged(path, e) from None
     if isinstance(info["best"], torch.Tensor):

@@ -109,14 +109,18 @@ def run_module(module: str, *args: str) -> float:
     return time.perf_counter() - t0
 
 
-def base_milliseconds(mcfg, batches: list[int], table: str = "") -> list[float]:
+def base_milliseconds(mcfg, batches: list[int], table: str = "",
+                      found: Path | None = None) -> list[float]:
     """The base network's onnxruntime milliseconds at ``batches`` (``--cost latency``) in the
     time of the latency table ``table`` (``--latency-table``; empty: this machine's), by ``python
     -m export.base_latency`` in a process of its own: search and export meet only through
-    processes and files. Says them in a note, with the time measured and the machine's speed
-    against the table; raises JobError (its message for the user) when it fails."""
+    processes and files. ``found``: a weights file of the model of ``mcfg``, whose network (the
+    architecture its masks describe) is timed beside the base as the probe; none: the table's
+    fixed points. Says them in a note, with the time measured and the probe's speed against the
+    table; raises JobError (its message for the user) when it fails."""
+    probe = ["--probe=found", f"--weights={found}"] if found else []
     cmd = [sys.executable, "-m", "export.base_latency", "--model", json.dumps(mcfg.to_dict()),
-           *(f"--batch={b}" for b in batches), f"--latency-table={table}"]
+           *(f"--batch={b}" for b in batches), f"--latency-table={table}", *probe]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=environment(), cwd=ROOT)
     if proc.returncode != 0:
         raise JobError(f"timing the base network for --cost latency: python -m "
@@ -126,9 +130,11 @@ def base_milliseconds(mcfg, batches: list[int], table: str = "") -> list[float]:
     at = ", ".join(f"{ms:.4g} ms at batch {b}" for b, ms in zip(batches, timed["measured_ms"]))
     speed = ", ".join(f"{v:.2f}x" for v in timed["speed"])
     shares = ", ".join(f"{ms:.4g}" for ms in timed["base_ms"])
-    print(f"note: the base network runs in {at} here (onnxruntime, 1 thread), while the latency "
-          f"table's probe points ran at {speed} their tabled time: the budget is a share of "
-          f"{shares} ms, the base's time in the table's (--base-ms pins it)",
+    probe = (f"the network the masks describe ran at {speed} its predicted time" if found
+             else f"the latency table's probe points ran at {speed} their tabled time")
+    print(f"note: the base network runs in {at} here (onnxruntime, 1 thread), while {probe}: "
+          f"the budget is a share of {shares} ms, the base's time in the "
+          f"{'found network' if found else 'table'}'s{'' if found else ' (--base-ms pins it)'}",
           file=sys.stderr)
     return timed["base_ms"]
 

@@ -10,6 +10,7 @@ uninterrupted one.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 import os
@@ -431,6 +432,47 @@ def scheduled_target(cfg: SearchConfig, start: float, target: float, step: int,
     return target * (start / target) ** (1.0 - step / ramp)
 
 
+def latency_check_steps(cfg: SearchConfig, learn: str, steps: int) -> list[int]:
+    """The steps after whose round a ``--cost latency`` search times the network its masks
+    describe beside the base and re-prices the base in that network's time
+    (:func:`base_in_found_time`): --latency-checks of them, evenly from the end of the budget's
+    ramp (before it the target still moves) to the last step. None where no budget is held to a
+    measured base: --cost macs, --lam 0, the base itself (--learn none), or a base priced by
+    another machine's table (no --base-ms)."""
+    if (cfg.cost != "latency" or cfg.lam == 0 or not cfg.base_ms or not cfg.latency_checks
+            or canonical_learn(learn) == "none"):
+        return []
+    ramp = round(cfg.budget_ramp * steps)
+    return [max(1, ramp + round(i * (steps - ramp) / cfg.latency_checks))
+            for i in range(cfg.latency_checks)]
+
+
+def base_in_found_time(cfg: SearchConfig, mcfg, model: DNArch, world) -> list[float]:
+    """The base's milliseconds in the time of the network ``model``'s masks describe now, at
+    every --latency-batch: rank 0 writes its weights to a temporary file and runs ``python -m
+    export.base_latency --probe found`` on them (:func:`search.jobs.base_milliseconds`), and
+    sends the result to the other ranks. A probe of the table's points puts the base in the
+    table's time as those points drifted, and the found network's smaller operators drift
+    otherwise (README "Budget honesty"); its own time over its predicted is the drift its budget
+    meets. When the timing fails, a warning, and the base's time stays ``cfg.base_ms``."""
+    import tempfile
+
+    from .jobs import JobError, base_milliseconds
+
+    timed = None
+    if world.rank == 0:
+        with tempfile.TemporaryDirectory(prefix="dnarch-probe-") as tmp:
+            weights = Path(tmp) / "found.safetensors"
+            checkpoint.save_weights(model, weights)
+            try:
+                timed = base_milliseconds(mcfg, cfg.latency_batch, cfg.latency_table, weights)
+            except JobError as e:
+                print(f"warning: {e}; the budget stays a share of the base's time as timed "
+                      f"before ({', '.join(f'{ms:.4g}' for ms in cfg.base_ms)} ms)",
+                      file=sys.stderr)
+    return distributed.broadcast(timed, world) or list(cfg.base_ms)
+
+
 def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
           restarts: list[dict] | None = None) -> dict:
     """Run (or continue) the search; returns the summary. Only rank 0 writes files. ``restarts``
@@ -468,6 +510,8 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     sched = make_scheduler(opt, cfg, length.steps)
     start_epoch, step, best, best_epoch, wall, first_loss = 0, 0, None, -1, 0.0, None
     history = []  # validation metrics of the rounds so far, for the result rule
+    checks = latency_check_steps(cfg, mcfg.learn, length.steps)
+    rechecked = []  # each latency check's step and the base's milliseconds it set
     if resume:
         state = checkpoint.load_last(run_dir, model, opt, sched)
         start_epoch, step = state["epoch"] + 1, state["step"]
@@ -475,6 +519,11 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
         first_loss, restarts = state["first_loss"], state["restarts"]
         if state["best"] is not None:
             best = (state["best"], state["best_fits"])
+        rechecked = state["latency_checks"]
+        if rechecked:
+            cfg = dataclasses.replace(cfg, base_ms=rechecked[-1]["base_ms"])
+            units = cfg.cost_units(mcfg)
+            target = cfg.budget * base_cost(mcfg, units)
         if is_writer:
             checkpoint.truncate_records(run_dir, state["epoch"])
             history = [r["metric"] for r in R.read_jsonl(run_dir / R.METRICS)
@@ -558,6 +607,12 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             raise Stalled({"step": step, "loss": train_row["loss_obj"], "first_loss": first_loss,
                            "floor": floor, "seconds": wall})
 
+        if any(steps.start < s <= steps.stop for s in checks):
+            cfg = dataclasses.replace(cfg, base_ms=base_in_found_time(cfg, mcfg, model, world))
+            units = cfg.cost_units(mcfg)
+            target = cfg.budget * base_cost(mcfg, units)
+            rechecked.append({"step": step, "base_ms": list(cfg.base_ms)})
+            best = None  # the rounds before were judged against a base priced otherwise
         metric = None
         if is_writer:
             val_loss, metric = evaluate(model, val_set, task, cfg.eval_batch_size)
@@ -582,7 +637,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
             checkpoint.save_last(run_dir, model, opt, sched, {
                 "epoch": epoch, "step": step, "best": best[0], "best_fits": best[1],
                 "best_epoch": best_epoch, "wall_seconds": wall, "first_loss": first_loss,
-                "restarts": restarts})
+                "restarts": restarts, "latency_checks": rechecked})
             bar.set_postfix(loss=f"{train_row['loss']:.3f}", val=f"{metric:.3f}",
                             ratio=f"{ratio_now:.3f}")
         distributed.barrier(world)
@@ -591,7 +646,7 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     summary = None
     if is_writer:
         summary = finish(cfg, run_dir, task, model, test_set, target, best_epoch, wall, length,
-                         restarts)
+                         restarts, rechecked)
     distributed.barrier(world)
     return summary
 
@@ -615,7 +670,7 @@ def train_with_restarts(cfg: SearchConfig, run_dir: Path, task) -> dict:
 
 
 def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: float,
-           best_epoch: int, wall: float, length, restarts) -> dict:
+           best_epoch: int, wall: float, length, restarts, rechecked=()) -> dict:
     """Score the best validation epoch's network on the test split as export ships it; write
     architecture.json and summary.json (the run's result: weights, architecture and metrics of
     that epoch)."""
@@ -638,7 +693,7 @@ def finish(cfg, run_dir: Path, task, model: DNArch, test_set: Batches, target: f
         "within_budget": within_budget(cfg, ratio, arch), "max_params": cfg.max_params,
         "params": architecture_params(arch), "search_params": trained_params(model),
         "macs": architecture_cost(arch), "wall_seconds": wall, "steps": length.steps,
-        "restarts": restarts,
+        "restarts": restarts, "base_ms": list(cfg.base_ms), "latency_checks": list(rechecked),
         "higher_is_better": task.higher_is_better,
         "vs_base": compare_with_base(arch, model.config.depth, model.config.width),
     }

@@ -189,3 +189,57 @@ def test_an_unknown_probe_is_refused():
     with pytest.raises(ValueError, match="probe must be one of"):
         base_in_table_time(ModelConfig(**CASES["1d"], depth=1, width=4), [1], table=None,
                            probe="fast")
+
+
+def test_the_found_network_probe_is_its_measured_over_its_predicted_time(monkeypatch):
+    """probe='found': the found network, exported as shipped, is timed in turns with the base;
+    its speed is its measured time over the table's prediction for its architecture, and the
+    base's time is divided by it (here the network runs 1.6x its predicted time, the base 2 ms
+    per sample: the base counts 2 b / 1.6 ms in the found network's time)."""
+    import export.base_latency as B
+    from dnarch_deploy.cost import Units, architecture_cost
+    from dnarch_deploy.latency import load_table
+
+    table = load_table()
+    model = DNArch(ModelConfig(**CASES["1d"], depth=2, width=8, learn="KRWD"))
+    predicted = {b: architecture_cost(describe(model), Units(table, b)) for b in (1, 32)}
+    monkeypatch.setattr(B, "base_session", lambda config, threads: ("base", None))
+    monkeypatch.setattr(B, "_median_ms", lambda timed, config, b, repeats:
+                        2.0 * b if timed[0] == "base" else 1.6 * predicted[b])
+    got = B.base_in_table_time(model.config, [1, 32], table, probe="found", found=model)
+    assert got["speed"] == pytest.approx([1.6, 1.6], rel=1e-9)
+    assert got["base_ms"] == pytest.approx([2.0 / 1.6, 64.0 / 1.6], rel=1e-9)
+    assert got["measured_ms"] == [2.0, 64.0]
+    with pytest.raises(ValueError, match="the found network is the probe 'found' needs"):
+        B.base_in_table_time(model.config, [1], table, probe="found")
+    with pytest.raises(ValueError, match="the found network is the probe 'found' needs"):
+        B.base_in_table_time(model.config, [1], table, found=model)
+
+
+def test_the_command_times_the_found_network_from_its_weights(tmp_path):
+    """``--probe found --weights FILE``, as a search's latency check runs it: one JSON line; the
+    weights are needed and must load (a damaged file: one error naming it, exit 2)."""
+    import json
+    import subprocess
+    import sys
+
+    from search.checkpoint import save_weights
+
+    config = ModelConfig(**CASES["1d"], depth=1, width=4, learn="KRWD")
+    weights = tmp_path / "found.safetensors"
+    save_weights(DNArch(config), weights)
+    cmd = [sys.executable, "-m", "export.base_latency", "--model", json.dumps(config.to_dict()),
+           "--batch", "1", "--probe", "found"]
+    proc = subprocess.run([*cmd, "--weights", str(weights)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    timed = json.loads(proc.stdout)
+    assert len(timed["base_ms"]) == len(timed["speed"]) == 1 and timed["speed"][0] > 0
+    missing = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2
+    assert "--weights is the found network --probe found times" in missing.stderr
+    damaged = tmp_path / "damaged.safetensors"
+    damaged.write_bytes(b"not a checkpoint")
+    bad = subprocess.run([*cmd, "--weights", str(damaged)], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and f"{damaged}: damaged checkpoint" in bad.stderr

@@ -30,6 +30,7 @@ from search.train import (
     in_effect,
     is_result,
     label_smoothing,
+    latency_check_steps,
     learned,
     objective,
     result_fits,
@@ -633,8 +634,8 @@ def test_cost_latency_budgets_predicted_milliseconds(tmp_path, local_latency_tab
     """--cost latency: the budget counts the table's predicted milliseconds of the deployed
     network, by default at batches 1 and 32 blended (a cost over the base's is the mean of the
     per-batch ratios), against the base network's milliseconds measured before training and
-    kept in config.json; summary.json says which unit, and its ratio is the found network's cost
-    over the target."""
+    kept in config.json, then re-priced by the latency checks (two by default); summary.json
+    says which unit, and its ratio is the found network's cost over the target."""
     from dnarch_deploy.cost import Units
     from dnarch_deploy.latency import LatencyTable
 
@@ -654,11 +655,56 @@ def test_cost_latency_budgets_predicted_milliseconds(tmp_path, local_latency_tab
     one, large = Units(table, batch=1), Units(table, batch=32)
     assert summary["cost_unit"] == "ms" and config["cost_unit"] == "ms"
     assert config["base_cost"] == pytest.approx(base_ms[0], rel=1e-12)  # the blend's weights
+    assert [c["step"] for c in summary["latency_checks"]] == [10, 15]  # rounds of steps 8, 12
+    base_ms = summary["base_ms"]  # the last check's
     assert summary["target"] == pytest.approx(0.5 * base_ms[0], rel=1e-9)
     found = R.read_architecture(out)
     mean_ratio = sum(architecture_cost(found, u) / ms for u, ms in zip((one, large), base_ms)) / 2
     assert summary["complexity_ratio"] == pytest.approx(mean_ratio / 0.5, rel=1e-6)
     assert summary["macs"] == architecture_cost(found)  # MACs are still reported
+
+
+def test_latency_checks_fall_evenly_from_the_budget_ramps_end():
+    """--latency-checks N: N checks, from the step the budget's ramp ends, evenly to the last
+    step; none where no budget is held to a measured base."""
+    cfg = SearchConfig(cost="latency", base_ms=[0.2, 5.0], budget_ramp=0.5)
+    assert latency_check_steps(cfg, "KRWD", 100) == [50, 75]  # the default, 2
+    assert latency_check_steps(dataclasses.replace(cfg, latency_checks=3), "KRWD", 100) == [
+        50, 67, 83]
+    assert latency_check_steps(dataclasses.replace(cfg, budget_ramp=0.0), "KRWD", 10) == [1, 5]
+    for off in (dict(cost="macs", base_ms=[]), dict(lam=0.0), dict(base_ms=[]),
+                dict(latency_checks=0)):
+        assert latency_check_steps(dataclasses.replace(cfg, **off), "KRWD", 100) == []
+    assert latency_check_steps(cfg, "none", 100) == []
+
+
+def test_latency_checks_reprice_the_base_in_the_found_networks_time(tmp_path,
+                                                                   local_latency_table):
+    """Each check times the network the masks describe beside the base and sets the base's
+    time to the base's measured time over that network's measured / predicted: the budget's
+    target follows, summary.json lists the checks, and a resumed run keeps the last one."""
+    out = tmp_path / "checked"
+    proc = run_search(*TINY, "--cost", "latency", "--budget", "0.5", "--latency-checks", "1",
+                      "--latency-table", str(local_latency_table), "--out", str(out))
+    assert "the network the masks describe ran at" in proc.stderr
+    summary, config = R.read_summary(out), R.read_config(out)
+    (check,) = summary["latency_checks"]
+    assert check["step"] == 10  # the round of step 8 (0.5 of 15) ends at step 10
+    assert summary["base_ms"] == check["base_ms"] != config["train"]["base_ms"]
+    assert summary["target"] == pytest.approx(0.5 * check["base_ms"][0], rel=1e-9)
+    proc = run_search("--out", str(out), "--resume", "--epochs", "4")
+    assert "the network the masks describe" not in proc.stderr  # the check was done
+    resumed = R.read_summary(out)
+    assert resumed["latency_checks"] == [check] and resumed["base_ms"] == check["base_ms"]
+    assert resumed["target"] == pytest.approx(summary["target"], rel=1e-12)
+
+
+def test_latency_checks_must_not_be_negative(tmp_path):
+    proc = run_search(*TINY, "--latency-checks", "-1", "--out", str(tmp_path / "x"),
+                      check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: --latency-checks must be >= 0, got -1"
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_latency_table_that_cannot_be_read_warns_and_the_bundled_one_prices(tmp_path):
@@ -722,11 +768,12 @@ def test_a_base_that_cannot_be_timed_is_one_usage_error(monkeypatch, local_laten
 
 
 def test_base_ms_pins_the_base_and_resume_keeps_it(tmp_path):
-    """--base-ms gives the base's milliseconds instead of measuring them; a resumed run keeps
-    the ones config.json saved, typed or measured, so its budget does not move."""
+    """--base-ms gives the base's milliseconds instead of measuring them (with --latency-checks
+    0, for the whole run); a resumed run keeps the ones config.json saved, typed or measured, so
+    its budget does not move."""
     out = tmp_path / "pinned"
     proc = run_search(*TINY, "--cost", "latency", "--budget", "0.25", "--base-ms", "0.2",
-                      "--base-ms", "5", "--out", str(out))
+                      "--base-ms", "5", "--latency-checks", "0", "--out", str(out))
     assert "base network runs in" not in proc.stderr  # nothing measured
     assert R.read_config(out)["train"]["base_ms"] == [0.2, 5.0]
     assert R.read_summary(out)["target"] == pytest.approx(0.05, rel=1e-12)
