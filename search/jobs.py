@@ -130,11 +130,14 @@ def base_milliseconds(mcfg, batches: list[int], table: str = "",
     at = ", ".join(f"{ms:.4g} ms at batch {b}" for b, ms in zip(batches, timed["measured_ms"]))
     speed = ", ".join(f"{v:.2f}x" for v in timed["speed"])
     shares = ", ".join(f"{ms:.4g}" for ms in timed["base_ms"])
-    probe = (f"the network the masks describe ran at {speed} its predicted time" if found
-             else f"the latency table's probe points ran at {speed} their tabled time")
+    if found:
+        probe = f"the network the masks describe ran at {speed} its predicted time"
+        reference = "the found network's"
+    else:
+        probe = f"the latency table's probe points ran at {speed} their tabled time"
+        reference = "the table's (--base-ms with --latency-checks 0 pins it)"
     print(f"note: the base network runs in {at} here (onnxruntime, 1 thread), while {probe}: "
-          f"the budget is a share of {shares} ms, the base's time in the "
-          f"{'found network' if found else 'table'}'s{'' if found else ' (--base-ms pins it)'}",
+          f"the budget is a share of {shares} ms, the base's time in {reference}",
           file=sys.stderr)
     return timed["base_ms"]
 
