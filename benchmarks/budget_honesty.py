@@ -328,11 +328,13 @@ def seeds_table(sweeps: dict[str, dict]) -> list[str]:
 
 def architectures_table(out: Path, sweeps: dict[str, dict]) -> list[str]:
     """Table 6: each searched network with its test metric, whether its run restarted (the stall
-    check) and the architecture it found, from the run directory, so that kernels at the 3-tap
-    minimum or a restart can be read beside the metric. "–" where a file is gone or damaged."""
+    check), the base's milliseconds its budget was a share of at the end (``--cost latency``:
+    summary.json's base_ms, after its latency checks) and the architecture it found, from the
+    run directory, so that kernels at the 3-tap minimum or a restart can be read beside the
+    metric. "–" where a file is gone or damaged, or nothing was timed."""
     lines = ["| task | budget | seed | test metric | ms / base (B=1 / large batch) | restarted "
-             "| architecture |",
-             "|---|---|---|---|---|---|---|"]
+             "| the budget's base ms, after the latency checks | architecture |",
+             "|---|---|---|---|---|---|---|---|"]
     for task, pareto in sweeps.items():
         found = [r for r in pareto["rows"] if r["kind"] == "search"]
         base = full_base(pareto)
@@ -348,10 +350,11 @@ def architectures_table(out: Path, sweeps: dict[str, dict]) -> list[str]:
             try:
                 summary = read_json(run_dir / "summary.json", ("restarts",), within=run_dir)
                 restarted = "yes" if summary["restarts"] else "no"
+                checked = " / ".join(f"{ms:.4g}" for ms in summary.get("base_ms") or []) or "–"
             except RunError:
-                restarted = "–"
+                restarted = checked = "–"
             lines.append(f"| {task} | {r['budget']:g} | {r['seed']} | {r['test_metric']:.3f} | "
-                         f"{ratio} | {restarted} | {arch} |")
+                         f"{ratio} | {restarted} | {checked} | {arch} |")
     return lines
 
 

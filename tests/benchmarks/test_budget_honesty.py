@@ -78,14 +78,17 @@ def test_report_only_tables_and_targets(tmp_path: Path):
     runs = out / "ucr-GunPoint" / "runs"
     block = {"kernel_size": [41], "resolution": [150], "n_in": 20, "n_mid": 24, "n_out": 20}
     short = {"kernel_size": [3], "resolution": [120], "n_in": 20, "n_mid": 9, "n_out": 20}
-    for name, blocks, restarts in (("search-b0.25-s0", [block, short], [{"step": 600}]),
-                                   ("search-b0.5-s0", [short], [])):
+    # (the budget-0.25 one's base re-priced by latency checks, the budget-0.5 one's MACs: none)
+    for name, blocks, restarts, base_ms in (
+            ("search-b0.25-s0", [block, short], [{"step": 600}], [0.3512, 6.25]),
+            ("search-b0.5-s0", [short], [], [])):
         (runs / name).mkdir(parents=True)
         (runs / name / "architecture.json").write_text(json.dumps({
             "learn": "KRWD", "depth": len(blocks), "max_depth": 8, "stream_width": 20,
             "max_width": 64,
             "input_size": [150], "blocks": blocks}))
-        (runs / name / "summary.json").write_text(json.dumps({"restarts": restarts}))
+        (runs / name / "summary.json").write_text(json.dumps({"restarts": restarts,
+                                                              "base_ms": base_ms}))
     (runs / "search-b0.25-s1").mkdir()
     (runs / "search-b0.25-s1" / "architecture.json").write_text('{"blocks": null}')
     (runs / "search-b0.25-s1" / "summary.json").write_text("[]")
@@ -157,22 +160,23 @@ def test_report_only_tables_and_targets(tmp_path: Path):
     assert cells(per_seed, "| ucr:GunPoint | search, budget 0.5 |")[2:] == ["0.930", "0.960"]
     assert cells(per_seed, "| digits | search, budget 0.25 |")[2:] == ["0.900", "0.900"]
 
-    # table 6: each searched network's architecture and restart, "–" where its run dir is gone
+    # table 6: each searched network's architecture, restart and checked base, "–" where its
+    # run dir is gone
     archs = text[text.index("## Architectures found"):]
     # with each network's measured time over its seed's base (the rows' ms above: 0.5 / 2.0 at
     # B=1, 7 / 20 at B=32)
     assert cells(archs, "| ucr:GunPoint | 0.25 | 0 |")[3:] == [
-        "0.850", "0.250 / 0.350", "yes",
+        "0.850", "0.250 / 0.350", "yes", "0.3512 / 6.25",
         "learns KRWD, depth 2 of 8, stream 20 of 64 (input 150): K 41, R 150, 20/24/20; "
         "K 3, R 120, 20/9/20"]
     assert cells(archs, "| ucr:GunPoint | 0.5 | 0 |")[3:] == [
-        "0.930", "0.550 / 0.500", "no",
+        "0.930", "0.550 / 0.500", "no", "–",
         "learns KRWD, depth 1 of 8, stream 20 of 64 (input 150): K 3, R 120, 20/9/20"]
     assert cells(archs, "| ucr:GunPoint | 0.25 | 1 |")[3:] == [
-        "0.870", "0.300 / 0.350", "–", "–"]  # damaged
-    assert cells(archs, "| ucr:GunPoint | 1 | 1 |")[3:] == ["0.950", "1.500 / 1.500", "–", "–"]
+        "0.870", "0.300 / 0.350", "–", "–", "–"]  # damaged
+    assert cells(archs, "| ucr:GunPoint | 1 | 1 |")[3:] == ["0.950", "1.500 / 1.500", "–", "–", "–"]
     assert len([ln for ln in archs.splitlines() if ln.startswith("| ucr:GunPoint |")]) == 6
-    assert cells(archs, "| digits | 0.25 | 1 |")[3:] == ["0.900", "0.500 / 0.250", "–", "–"]
+    assert cells(archs, "| digits | 0.25 | 1 |")[3:] == ["0.900", "0.500 / 0.250", "–", "–", "–"]
 
 
 def test_report_only_without_sweeps_writes_nothing(tmp_path: Path):
