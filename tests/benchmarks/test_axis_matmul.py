@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from export.resampling import TRANSPOSE_ROWS_BELOW
+from tests.benchmarks.printed import assert_printed_ratio
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,5 +26,5 @@ def test_quick_run_prints_one_row_per_case_with_the_shipped_form():
     assert [r[:4] for r in rows] == [("8", "5", "8", "1"), ("8", "5", "8", "2"),
                                      ("28", "15", "28", "1"), ("28", "15", "28", "2")]
     for *_, w, _, left, transposed, ratio, shipped in rows:
-        assert abs(float(left) / float(transposed) - float(ratio)) < 0.01 + 0.01 * float(ratio)
+        assert_printed_ratio(float(ratio), float(left), float(transposed), ms_decimals=4)
         assert shipped == ("transposed" if int(w) < TRANSPOSE_ROWS_BELOW else "left")

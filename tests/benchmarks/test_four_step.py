@@ -14,14 +14,9 @@ import pytest
 import torch
 
 from export.tactics import MatMulFFTConv
+from tests.benchmarks.printed import assert_printed_ratio
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def assert_ratio_of_printed_ms(ratio, numerator, denominator):
-    """A ratio printed to 2 decimals of two timings printed to 3: each rounding bounds the gap."""
-    rounding = ratio * (0.0005 / numerator + 0.0005 / denominator) + 0.005
-    assert ratio == pytest.approx(numerator / denominator, abs=rounding + 1e-9)
 
 
 def test_quick_run_prints_each_grid_with_the_picked_one_marked():
@@ -41,7 +36,7 @@ def test_quick_run_prints_each_grid_with_the_picked_one_marked():
     assert layouts[1].startswith("| 64 | 256 | 1 | 32x16 | ")
     for row in layouts:
         by_part, transposed, ratio = (float(c) for c in row.strip("| ").split(" | ")[4:])
-        assert_ratio_of_printed_ms(ratio, by_part, transposed)
+        assert_printed_ratio(ratio, by_part, transposed)
     # the filter's three forms: export's ms, then each other form's ms and its ratio to it
     assert filters[0].startswith("| 32 | 150 | 1 | 19x16 | ")
     assert filters[1].startswith("| 64 | 256 | 1 | 32x16 | ")
@@ -51,7 +46,7 @@ def test_quick_run_prints_each_grid_with_the_picked_one_marked():
         ours = float(cells[0])
         for cell in cells[1:]:
             ms, ratio = cell.split(" (")
-            assert_ratio_of_printed_ms(float(ratio.rstrip(")")), float(ms), ours)
+            assert_printed_ratio(float(ratio.rstrip(")")), float(ms), ours)
 
 
 def test_a_grid_too_small_for_the_kernel_is_refused():

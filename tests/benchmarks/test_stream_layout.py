@@ -18,6 +18,7 @@ from stream_layout import SequenceFirstConv, both_forms, first, main  # noqa: E4
 from dnarch_deploy.spectral import direct_conv  # noqa: E402
 from export.emit import to_onnx  # noqa: E402
 from export.tactics import MatMulFFTConv  # noqa: E402
+from tests.benchmarks.printed import assert_printed_ratio  # noqa: E402
 
 
 @pytest.mark.parametrize("length, taps", [(150, 149), (64, 9), (97, 97)])
@@ -55,8 +56,7 @@ def test_a_small_run_prints_both_timings_and_profiles(capsys):
     rows = re.findall(r"^\| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", out, re.M)
     assert [r[0] for r in rows] == ["1", "2"]
     for _, today, seq, ratio in rows:
-        # printed to 3 decimals: sub-millisecond times carry a few per cent of rounding
-        assert float(ratio) == pytest.approx(float(today) / float(seq), rel=0.05)
+        assert_printed_ratio(float(ratio), float(today), float(seq))
     assert out.count("onnxruntime by op type") == 2 and out.count("| all |") == 2
     assert "load average" in out and "Load average" in out
 
