@@ -393,8 +393,10 @@ def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_
                     cropped: tuple[bool, ...], *, stream: int,
                     conv_fft: tuple[int, ...] | None = None) -> dict[str, Operator]:
     """The operators one block lowers to by cost, by name in the order they run: ``read`` (a
-    Slice of the first n_in of the ``stream``'s channels, where n_in is fewer), ``down<a>`` per
-    cropped axis a (n_in channels, input size -> resolution), ``conv`` (n_in channels at the
+    Slice of the first n_in of the ``stream``'s channels, where n_in is fewer; for a direct
+    convolution as many as its padded count :func:`depthwise_channels`, or all the stream has,
+    and linear1 has that many columns), ``down<a>`` per cropped axis a (the channels read,
+    input size -> resolution), ``conv`` (n_in channels at the
     resolution, ``conv_taps`` taps: the deployed kernel's; with ``conv_fft``, the training's FFT
     lengths of a block whose resolution mask filters its spectrum, circular at
     :func:`conv_period` in the MatMul FFT forms), ``linear1``, ``bias1`` (its
@@ -409,22 +411,26 @@ def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_
     ops: dict[str, Operator] = {}
     shape = list(input_size)
     positions = math.prod(input_size)
-    if n_in < stream:
-        ops["read"] = Operator("copy", float(positions * n_in))
+    period = conv_period(resolution, conv_taps, conv_fft) if conv_fft else None
+    tactic = conv_by_cost(n_in, resolution, conv_taps, period)
+    # a direct convolution's zero filters read stream channels and meet zero columns of linear1
+    # (export's StaticBlock.read_wider): no Pad or Slice around it where the stream has them
+    columns = depthwise_channels(n_in) if tactic == "direct" else n_in
+    read = min(columns, stream)
+    if read < stream:
+        ops["read"] = Operator("copy", float(positions * read))
     for a, crop in enumerate(cropped):
         if crop:
             form = cheapest_resample(input_size[a], resolution[a])
-            lines = n_in * math.prod(shape) // shape[a]
+            lines = read * math.prod(shape) // shape[a]
             ops[f"down{a}"] = Operator(f"resample.{form}",
                                        float(lines * resample_macs(form, shape[a], resolution[a])))
             shape[a] = resolution[a]
-    period = conv_period(resolution, conv_taps, conv_fft) if conv_fft else None
-    tactic = conv_by_cost(n_in, resolution, conv_taps, period)
     r = math.prod(resolution)
     ops["conv"] = Operator(f"conv.{tactic}",
                            conv_macs(tactic, n_in, resolution, conv_taps, period),
                            n_in, r, math.prod(conv_taps))
-    ops["linear1"] = Operator("linear", float(r * n_in * n_mid), n_in * n_mid, r, 1)
+    ops["linear1"] = Operator("linear", float(r * columns * n_mid), columns * n_mid, r, 1)
     ops["bias1"] = Operator("add", float(r * n_mid))
     ops["gelu"] = Operator("pointwise", float(r * n_mid))
     ops["linear2"] = Operator("linear", float(r * n_mid * n_out), n_mid * n_out, r, 1)

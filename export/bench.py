@@ -82,16 +82,17 @@ def theoretical_costs(
     for i, block in enumerate(lowered.blocks):
         res = tuple(block.bias1.shape[1:])
         n_in, n_mid, n_out = block.n_in, block.w1.shape[0], block.n_out
+        read, columns = block.read, block.w1.shape[1]  # n_in, or more (StaticBlock.read_wider)
         work, shape = 0.0, list(size)
-        if n_in < stream:  # Slice the channels it reads
-            work += pointwise_cost(stream_length, n_in)
+        if read < stream:  # Slice the channels it reads
+            work += pointwise_cost(stream_length, read)
         for m in block.down:
-            work += axis_matmul_macs(m, n_in, tuple(shape))
+            work += axis_matmul_macs(m, read, tuple(shape))
             shape[m.dim] = m.sizes[1]
         taps = block.conv.taps
         r = float(math.prod(res))
         work += conv_macs(tactic_of(block), n_in, res, taps, block.conv.period)
-        work += linear_cost(r, n_in, n_mid) + 2 * pointwise_cost(r, n_mid)  # bias, GELU
+        work += linear_cost(r, columns, n_mid) + 2 * pointwise_cost(r, n_mid)  # bias, GELU
         work += linear_cost(r, n_mid, n_out)
         shape = list(res)
         for m in block.up:

@@ -65,6 +65,9 @@ def lower(static: StaticNet, tactics: list[str],
             block.down = nn.Sequential(*(lower_resample(m, input_size[m.dim], t) for m, t in down))
             block.up = nn.Sequential(*(lower_resample(m, resolution[m.dim], t) for m, t in up))
         block.conv = make_conv(tactic, block.conv.kernel, resolution, block.conv.period)
+        if tactic == "direct" and block.conv.weight.shape[0] > block.n_in:
+            block.conv.trim = False  # its zero filters fed from the stream, read by zero weights
+            block.read_wider(block.conv.weight.shape[0])
         block.tactic = tactic
         block.resample_tactics = {k: list(v) for k, v in rs.items()}
     if any(spectral):

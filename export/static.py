@@ -136,15 +136,25 @@ class StaticBlock(nn.Module):
         super().__init__()
         self.index, self.stream = index, stream
         self.n_in, self.n_out = w1.shape[1], w2.shape[0]
+        self.read = self.n_in  # the stream's channels the block reads (read_wider: a few more)
         self.down, self.conv, self.up = nn.Sequential(*down), conv, nn.Sequential(*up)
         self.register_buffer("w1", w1)
         self.register_buffer("bias1", bias1)
         self.register_buffer("w2", w2)
         self.register_buffer("b2", b2)
 
+    def read_wider(self, channels: int) -> None:
+        """Read ``channels`` > n_in of the stream's channels, or all it has, and give w1 zero
+        columns up to ``channels``: for a convolution with zero filters beyond n_in
+        (:class:`export.tactics.DirectConv`, ``trim`` off) that returns ``channels``. Its extra
+        inputs then come from the stream and its extra outputs meet zero weights, where a Pad
+        before it and a Slice after it were two more nodes (~1 us each at batch 1)."""
+        self.read = min(channels, self.stream)
+        self.w1 = F.pad(self.w1, (0, channels - self.w1.shape[1]))
+
     def forward(self, h: Tensor) -> Tensor:
-        z = h[:, : self.n_in] if self.n_in < self.stream else h  # (B, n_in, *S)
-        z = self.conv(self.down(z))  # (B, n_in, *R)
+        z = h[:, : self.read] if self.read < self.stream else h  # (B, read, *S)
+        z = self.conv(self.down(z))  # (B, n_in, *R), or w1's columns after read_wider
         z = F.gelu(pointwise(z, self.w1) + self.bias1)  # (B, n_mid, *R)
         z = pointwise(z, self.w2, self.b2)  # (B, n_out, *R)
         z = self.up(z)  # (B, n_out, *S)

@@ -48,8 +48,9 @@ class DirectConv(nn.Module):
 
     Where onnxruntime's fast depthwise kernel runs (``benchmarks/direct_conv.py``): a 1-D
     input is a one-row image (Unsqueeze / Squeeze around the Conv), and the channels are padded
-    with zero filters to C' = :func:`operators.depthwise_channels` (a Pad before the Conv, a
-    Slice after it)."""
+    with zero filters to C' = :func:`operators.depthwise_channels` (a Pad before the Conv for
+    the inputs it is not given, a Slice after it; with ``trim`` off it returns all C', for a
+    block whose next layer has zero weights for them: ``StaticBlock.read_wider``)."""
 
     name = "direct"
 
@@ -63,15 +64,20 @@ class DirectConv(nn.Module):
         weight[: self.channels, 0] = kernel.detach().reshape(self.channels, *taps_2d)
         self.register_buffer("weight", weight)  # (C', 1, *taps), a one-row kernel in 1-D
         self.padding = tuple(k // 2 for k in taps_2d)
+        self.trim = True  # return the first ``channels`` outputs, not all C'
 
     def forward(self, x: Tensor) -> Tensor:
-        one_d, extra = x.dim() == 3, self.weight.shape[0] - self.channels
+        given, padded = x.shape[1], self.weight.shape[0]
+        if not self.channels <= given <= padded:
+            raise ValueError(f"a direct convolution of {self.channels} channels (padded to "
+                             f"{padded}) was given {given}")
+        one_d = x.dim() == 3
         if one_d:
             x = x.unsqueeze(2)
-        if extra:  # zero channels in, their outputs dropped
-            x = F.pad(x, (0, 0, 0, 0, 0, extra))
-        y = F.conv2d(x, self.weight, padding=self.padding, groups=self.weight.shape[0])
-        if extra:
+        if given < padded:  # zero channels in for the zero filters
+            x = F.pad(x, (0, 0, 0, 0, 0, padded - given))
+        y = F.conv2d(x, self.weight, padding=self.padding, groups=padded)
+        if self.trim and padded > self.channels:
             y = y[:, : self.channels]
         return y.squeeze(2) if one_d else y
 

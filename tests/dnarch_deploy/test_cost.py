@@ -17,7 +17,13 @@ from dnarch_deploy.cost import (
     limit_loss,
     model_params,
 )
-from dnarch_deploy.operators import cheapest_resample, conv_by_cost, conv_macs, resample_macs
+from dnarch_deploy.operators import (
+    cheapest_resample,
+    conv_by_cost,
+    conv_macs,
+    depthwise_channels,
+    resample_macs,
+)
 
 from .helpers import set_mask_state, tiny_config, tiny_model
 
@@ -124,15 +130,34 @@ def test_a_block_narrower_than_the_stream_pays_for_its_slices_and_concat():
     stream adds to a Slice and Concats the rest back (the stream's L C elements copied)."""
     from dnarch_deploy.operators import block_operators
 
-    L, args = 20, ((20,), (20,), 6, 10, 8, (3,), (False,))
-    full = block_operators(*args, stream=8)  # as wide as the stream on the write side
-    assert "write" not in full and full["read"].macs == L * 6
+    L, args = 20, ((20,), (20,), 8, 10, 8, (3,), (False,))
+    full = block_operators(*args, stream=8)  # as wide as the stream: no Slice, no Concat
+    assert "read" not in full and "write" not in full
     assert full["bias1"].macs == L * 10 and full["residual"].macs == L * 8
     narrow = block_operators(*args, stream=12)
-    assert narrow["read"].macs == L * 6 and narrow["write"].macs == L * 12
+    assert narrow["read"].macs == L * 8 and narrow["write"].macs == L * 12
     assert list(narrow) == ["read", "conv", "linear1", "bias1", "gelu", "linear2", "residual",
                             "write"]  # the order they run in
-    assert "read" not in block_operators((20,), (20,), 12, 10, 12, (3,), (False,), stream=12)
+
+
+@pytest.mark.parametrize(("n_in", "stream", "read"), [(6, 12, 8), (6, 8, None), (6, 7, None),
+                                                      (8, 12, 8)])
+def test_a_direct_convolution_reads_its_zero_channels_from_the_stream(n_in, stream, read):
+    """The direct tactic runs n_in channels at the next multiple of 4 with zero filters: the
+    block reads that many stream channels, or all there are (no read Slice), resamples them, and
+    its first linear map has a column for each (export's StaticBlock.read_wider)."""
+    from dnarch_deploy.operators import block_operators
+
+    L, n_mid, r = 20, 10, 10
+    ops = block_operators((L,), (r,), n_in, n_mid, 4, (3,), (True,), stream=stream)
+    assert ops["conv"].kind == "conv.direct"
+    columns = depthwise_channels(n_in)
+    assert ("read" in ops) == (read is not None)
+    if read is not None:
+        assert ops["read"].macs == L * read
+    assert ops["down0"].macs == min(columns, stream) * resample_macs(
+        cheapest_resample(L, r), L, r)
+    assert ops["linear1"].macs == r * columns * n_mid and ops["linear1"].width == columns * n_mid
 
 
 def test_cost_gradient_reaches_every_mask():
@@ -256,22 +281,25 @@ def test_cost_values_are_the_plan_and_gradients_the_mask_sizes():
     p, block = plan.blocks[0], {term: v[0] for term, v in cost["blocks"].items()}
     r, taps = p.resolution[0], 2 * p.half_taps[0] + 1
     assert r < 20 and taps < c.max_kernel[0]  # the masks did crop
-    assert float(block["linear1"].detach()) == pytest.approx(r * p.n_in * p.n_mid)
     tactic = conv_by_cost(p.n_in, (r,), (taps,))  # a cropped axis: the kernel's own taps
+    # a direct convolution's zero channels are read from the stream and meet linear1's columns
+    columns = depthwise_channels(p.n_in) if tactic == "direct" else p.n_in
+    read = min(columns, plan.stream)
+    assert float(block["linear1"].detach()) == pytest.approx(r * columns * p.n_mid)
     assert float(block["conv"].detach()) == pytest.approx(conv_macs(tactic, p.n_in, (r,), (taps,)))
     down, up = cheapest_resample(20, r), cheapest_resample(r, 20)
-    assert float(block["down0"].detach()) == pytest.approx(p.n_in * resample_macs(down, 20, r))
+    assert float(block["down0"].detach()) == pytest.approx(read * resample_macs(down, 20, r))
     assert float(block["up0"].detach()) == pytest.approx(p.n_out * resample_macs(up, r, 20))
     # size(m_depth) = 2.5, but only the blocks the plan runs are paid for
     assert len(plan.blocks) == 2
     torch.testing.assert_close(
         cost["block_weights"].detach(), torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
     )
-    # d linear1 / d mu_mid = R n_in d size(m_mid) / d mu_mid
+    # d linear1 / d mu_mid = R columns d size(m_mid) / d mu_mid
     (grad,) = torch.autograd.grad(block["linear1"], model.mask_width)
     mu = model.mask_width.detach()[0, 1].clone().requires_grad_()
     (dsize,) = torch.autograd.grad(M.sigmoid_size(mu, c.tau_width, c.max_width), mu)
-    assert float(grad[0, 1]) == pytest.approx(r * p.n_in * float(dsize), rel=1e-9)
+    assert float(grad[0, 1]) == pytest.approx(r * columns * float(dsize), rel=1e-9)
 
 
 def test_depth_cost_is_straight_through():

@@ -162,11 +162,12 @@ def test_theoretical_macs_count_the_spectral_halves(seed):
         stream * spectrum_macs(length, bins))
     for i, (block, r) in enumerate(zip(static.blocks, resolutions)):
         axis = lower(static, tactics, resample_tactics_by_cost(static)).blocks[i]
-        resampling = block.n_in * axis.down[0].macs() + block.n_out * axis.up[0].macs()
-        spectral_resampling = (block.n_in * spectrum_macs(r, r // 2 + 1)
+        read = axis.read  # n_in, or a direct convolution's padded count (StaticBlock.read_wider)
+        resampling = read * axis.down[0].macs() + block.n_out * axis.up[0].macs()
+        spectral_resampling = (read * spectrum_macs(r, r // 2 + 1)
                                + block.n_out * spectrum_macs(r, r // 2 + 1))
         # the residual add, and the Slices and Concat of a narrowed block, over 2 K values, not L
-        copied = block.n_out + (block.n_in < stream) * block.n_in + (block.n_out < stream) * stream
+        copied = block.n_out + (read < stream) * read + (block.n_out < stream) * stream
         add = copied * (2 * bins - length)
         assert spectral[f"blocks.{i}"]["theoretical"] - per_axis[f"blocks.{i}"]["theoretical"] == (
             pytest.approx(spectral_resampling - resampling + add))

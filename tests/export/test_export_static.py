@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
+from dnarch_deploy.operators import depthwise_channels
+from export.emit import to_onnx
 from export.lowering import lower
 from export.resampling import AxisMatMul
 from export.static import Resample, freeze, materialize
 from export.tactics import TACTICS, DFTConv, DirectConv, MatMulFFTConv, make_conv
+from export.timing import session
 
 from .export_cases import random_input, random_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from channel_padding import padding_around_the_conv  # noqa: E402
 
 SEEDS = range(50)
 
@@ -29,6 +38,35 @@ def test_static_and_lowered_compute_the_trained_model(seed):
         assert rel_error(static(x), ref) < 1e-5
         for tactic in TACTICS:
             assert rel_error(lower(static, [tactic] * len(static.blocks))(x), ref) < 1e-5
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_a_direct_convolution_takes_its_zero_channels_from_the_stream(seed):
+    """A direct convolution of n_in channels runs at the next multiple of 4 with zero filters:
+    the block reads that many of the stream's channels (or all it has) and its first linear map
+    has zero columns for the extra outputs. So the graph drops the Pad before the Conv where the
+    stream is wide enough and the Slice after it; onnxruntime computes what the static module
+    does."""
+    model = random_model(seed)
+    static = materialize(model, freeze(model))
+    lowered = lower(static, ["direct"] * len(static.blocks))
+    unpadded = 0
+    for block in lowered.blocks:
+        padded = depthwise_channels(block.n_in)
+        assert block.read == (min(padded, block.stream) if padded > block.n_in else block.n_in)
+        assert block.w1.shape[1] == padded and not block.w1[:, block.n_in :].any()
+        assert block.conv.trim == (padded == block.n_in)
+        unpadded += padded > block.n_in and block.read == padded
+    x = random_input(model, 3, seed=seed)
+    graphs = [to_onnx(net, (x,)) for net in (lowered, padding_around_the_conv(lowered))]
+    ops = [[n.op_type for n in g.graph.node] for g in graphs]
+    assert ops[1].count("Pad") - ops[0].count("Pad") == unpadded
+    assert ops[0].count("Slice") <= ops[1].count("Slice")
+    with torch.no_grad():
+        ref = static(x)
+    for graph in graphs:
+        out = session(graph).run(None, {graph.graph.input[0].name: x.numpy()})[0]
+        assert rel_error(torch.from_numpy(out), ref) < 1e-5
 
 
 @pytest.mark.parametrize("seed", [2, 35, 55, 57])
