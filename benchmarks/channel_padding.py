@@ -69,11 +69,12 @@ def total_macs(net: StaticNet) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="run directories (python -m search.run --out)")
-    parser.add_argument("--batch", default="1,32", help="batch sizes, comma-separated")
+    parser.add_argument("--batch", type=batch_sizes, default=(1, 32),
+                        help="batch sizes, comma-separated")
     parser.add_argument("--repeats", type=int, default=200, help="timed calls per form")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads")
     opt = parser.parse_args(argv)
-    batches = batch_sizes(opt.batch)
+    batches = opt.batch
     try:
         nets = [by_cost(run) for run in opt.runs]
     except RunError as e:

@@ -13,8 +13,8 @@ measurement).
 
 Left out: the kernel network and the masks (gone after export), the input normalisation and the
 pooling's divisions, and the nodes that reshape or pad without arithmetic (the direct tactic's
-Unsqueeze, Squeeze and channel Pad, the factored resampling's Transposes): a latency table
-measures them inside their operator's points.
+Unsqueeze and Squeeze, its channel Pad where the stream has fewer channels than it runs at, the
+factored resampling's Transposes): a latency table measures them inside their operator's points.
 
 Sizes may be ints (a frozen architecture: :func:`architecture_cost`, per layer
 :func:`layer_costs`) or, in the search's loss (:func:`model_cost`), straight-through tensors: each
