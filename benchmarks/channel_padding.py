@@ -74,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=200, help="timed calls per form")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads")
     opt = parser.parse_args(argv)
-    batches = opt.batch
     try:
         nets = [by_cost(run) for run in opt.runs]
     except RunError as e:
@@ -94,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         gap = float(np.abs(outs[0] - outs[1]).max())
         if gap > 1e-5 * float(np.abs(outs[1]).max()):
             raise SystemExit(f"{run}: the two forms differ by {gap}")
-        padded = sum(b.read > b.n_in or not getattr(b.conv, "trim", True) for b in shipped.blocks)
+        padded = sum(not getattr(b.conv, "trim", True) for b in shipped.blocks)  # read_wider
         nodes = "/".join(str(len(g.graph.node)) for g in graphs)
         macs = "/".join(f"{total_macs(net) / 1e6:.3f}" for net in forms)
-        for b in batches:
+        for b in opt.batch:
             x = example[:1].expand(b, *example.shape[1:]).contiguous()
             ms = ort_ms(graphs, [x, x], opt.threads, opt.repeats)
             print(f"| {run} | {padded} of {len(shipped.blocks)} | {nodes} | {macs} | {b} | "
