@@ -40,6 +40,7 @@ from dnarch_deploy.model import (
 # default search, but broke ArrowHead's budgeted searches, 0.711 -> 0.520 at budget 0.25
 # (benchmarks/results/ucr_quality_short_floor.md).
 AUTO_EPOCHS = 150
+MASK_DATA = ("train", "val")  # --mask-data: the split whose loss steps the mask parameters
 MIN_STEPS = 2000
 MAX_STEPS = 4000
 # The automatic kernel-network frequency prior (--omega-0 0) follows the data. The Fourier
@@ -201,6 +202,11 @@ class SearchConfig:
     batch_size: int = _f(16, "global batch size (split across ranks when distributed)")
     lr: float = _f(0.01, "learning rate of the network weights")
     mask_lr: float = _f(0.01, "learning rate of the mask parameters (no weight decay)")
+    mask_data: str = _f("train", "the split whose loss trains the mask parameters: 'train' (one "
+                        "step on the training batch, weights and masks together, the paper's) "
+                        "or 'val' (first-order bilevel, as DARTS: the weights step on the "
+                        "training batch, then the masks on a validation batch, with the "
+                        "complexity loss; about twice the step's time)")
     weight_decay: float = _f(0.01, "AdamW weight decay of the network weights")
     # Modelled on the reference CCNN's penalty on its sampled kernels (there the plain L2 norm of
     # each whole kernel tensor, beside every other weight's; it decays no kernel-network weight).
@@ -302,6 +308,8 @@ class SearchConfig:
             (self.depth >= 1 and self.width >= 1, "--depth and --width must be >= 1"),
             (self.lr > 0 and self.mask_lr >= 0, "--lr must be > 0 and --mask-lr >= 0"),
             (self.lam >= 0, f"--lam must be >= 0, got {self.lam}"),
+            (self.mask_data in MASK_DATA, f"--mask-data must be one of {', '.join(MASK_DATA)}, "
+             f"got {self.mask_data!r}"),
             (0 <= self.lam_ramp <= 1, f"--lam-ramp must be in [0, 1], got {self.lam_ramp}"),
             (0 <= self.budget_ramp <= 1, f"--budget-ramp must be in [0, 1], "
              f"got {self.budget_ramp}"),

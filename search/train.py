@@ -70,6 +70,7 @@ STALL_CHECK = 0.3
 STALL_SHARE = 0.5
 STALL_MIN_STEPS = 300
 RESTART_SEED = 1_000_003  # initialisation seed of attempt k: seed + k x this
+HELD_OUT_SEED = 7919  # the validation order of --mask-data val: not the training split's
 
 # The result rule compares rounds by their validation metric averaged over the last RESULT_WINDOW
 # rounds (fewer at the start). On a 7- to 40-sample validation split one round's metric jumps by a
@@ -279,6 +280,28 @@ def make_optimizer(model: DNArch, cfg: SearchConfig) -> torch.optim.Optimizer:
     if masks:
         groups.append({"params": model.mask_parameters(), "lr": cfg.mask_lr, "weight_decay": 0.0})
     return torch.optim.AdamW(groups, fused=True)
+
+
+def drop_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Leave ``params`` out of the next optimiser step (AdamW skips a parameter without a
+    gradient: a zero one would still move it by its moments and decay it)."""
+    for p in params:
+        p.grad = None
+
+
+def held_out_batch(val_set: Batches, batch: int, step: int, seed: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The validation batch on which ``--mask-data val`` steps the masks at ``step``: the whole
+    split when it is no larger than a batch, else the step's batch of a reshuffle per pass (a
+    function of the step alone, so a resumed run sees the same ones)."""
+    n = len(val_set)
+    if n <= batch:
+        return val_set.x, val_set.y
+    per_pass = n // batch
+    data_epoch, i = divmod(step, per_pass)
+    g = torch.Generator().manual_seed(seed * 100003 + HELD_OUT_SEED + data_epoch)
+    idx = torch.randperm(n, generator=g)[i * batch : (i + 1) * batch].to(val_set.x.device)
+    return val_set.x[idx], val_set.y[idx]
 
 
 def make_scheduler(opt, cfg: SearchConfig, total: int):
@@ -507,6 +530,9 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     local = batch // world.size
 
     opt = make_optimizer(model, cfg)
+    held_out = cfg.mask_data == "val" and bool(model.mask_parameters())
+    masks = model.mask_parameters()
+    weights = [p for p in model.parameters() if all(p is not m for m in masks)]
     sched = make_scheduler(opt, cfg, length.steps)
     start_epoch, step, best, best_epoch, wall, first_loss = 0, 0, None, -1, 0.0, None
     history = []  # validation metrics of the rounds so far, for the result rule
@@ -535,6 +561,28 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
     shift, noise, mix = effect["shift"], effect["jitter"], effect["mixup"]
     smoothing = effect["label_smoothing"]
     floor = smoothed_entropy(smoothing, mcfg.out_channels)  # the least training objective
+
+    def losses(x, y, smoothing, kernel_decay):
+        """(loss, objective, complexity loss, cost / target) of one batch."""
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            plan = model.plan()
+            kernels = model.kernels(plan)
+            out = model.run(x, plan, kernels)
+        loss_obj = objective(model, out, y, smoothing)
+        cost = model_cost(model, plan, units)["total"]
+        now = scheduled_target(cfg, start, target, step, length.steps)
+        ratio, loss_comp = cost / target, complexity_loss(cost, now)
+        if cfg.max_params:  # the second constraint, its own term beside the budget's
+            loss_comp = loss_comp + limit_loss(model_params(model, plan), cfg.max_params)
+        loss = loss_obj + complexity_weight(cfg, step, length.steps) * loss_comp
+        if kernel_decay:
+            loss = loss + kernel_decay * kernel_energy(kernels).to(loss.device)
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(
+                f"loss became {float(loss)} at epoch {epoch}, step {step} (objective "
+                f"{float(loss_obj)}, complexity {float(loss_comp)}): try a lower "
+                f"--lr than {cfg.lr:g}")
+        return loss, loss_obj, loss_comp, ratio
 
     bar = tqdm(total=length.steps, initial=step,
                disable=not is_writer or bool(os.environ.get("CI")), desc="search", unit="step",
@@ -565,28 +613,19 @@ def train(cfg: SearchConfig, run_dir: Path, task, resume: bool = False,
                 x, y = mixup(x, y, mcfg.out_channels, mix)
             mine = slice(world.rank * local, (world.rank + 1) * local)
             x, y = x[mine], y[mine]
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                plan = model.plan()
-                kernels = model.kernels(plan)
-                out = model.run(x, plan, kernels)
-            loss_obj = objective(model, out, y, smoothing)
-            cost = model_cost(model, plan, units)["total"]
-            now = scheduled_target(cfg, start, target, step, length.steps)
-            ratio, loss_comp = cost / target, complexity_loss(cost, now)
-            if cfg.max_params:  # the second constraint, its own term beside the budget's
-                loss_comp = loss_comp + limit_loss(model_params(model, plan), cfg.max_params)
-            loss = loss_obj + complexity_weight(cfg, step, length.steps) * loss_comp
-            if cfg.kernel_decay:
-                loss = loss + cfg.kernel_decay * kernel_energy(kernels).to(loss.device)
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(
-                    f"loss became {float(loss)} at epoch {epoch}, step {step} "
-                    f"(objective {float(loss_obj)}, complexity {float(loss_comp)}): try a lower "
-                    f"--lr than {cfg.lr:g}")
+            loss, loss_obj, loss_comp, ratio = losses(x, y, smoothing, cfg.kernel_decay)
             opt.zero_grad()
             loss.backward()
+            if held_out:  # the masks step on the validation batch below
+                drop_gradients(masks)
             distributed.average_gradients(model, world)
             opt.step()
+            if held_out:  # every rank takes the same batch: the average is its gradient
+                opt.zero_grad()
+                losses(*held_out_batch(val_set, batch, step, cfg.seed), 0.0, 0.0)[0].backward()
+                drop_gradients(weights)
+                distributed.average_gradients(model, world)
+                opt.step()
             sched.step()
             model.clamp_masks_()
             step += 1

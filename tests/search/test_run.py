@@ -996,3 +996,42 @@ def test_rescore_refuses_a_missing_run_and_leaves_a_scored_one(tiny_run, tmp_pat
                           capture_output=True, text=True, env=env())
     assert proc.returncode == 0 and "already scored as shipped" in proc.stdout
     assert (tiny_run / R.SUMMARY).read_text() == before
+
+
+def test_held_out_mask_steps_leave_the_weights_to_the_training_batch(tmp_path):
+    """--mask-data val steps the masks on validation batches and the weights on training ones:
+    with the masks' learning rate at 0 it trains exactly the weights the default does (the
+    validation step moves no weight), and with it on, the masks end elsewhere."""
+    states = {}
+    for data, mask_lr in (("train", "0"), ("val", "0"), ("train", "0.05"), ("val", "0.05")):
+        out = tmp_path / f"{data}-{mask_lr}"
+        run_search(*TINY, "--mask-data", data, "--mask-lr", mask_lr, "--out", str(out))
+        assert R.read_config(out)["train"]["mask_data"] == data
+        states[data, mask_lr] = R.load_run(out, weights="last", with_task=False).model.state_dict()
+    frozen, moving = states["train", "0"], states["val", "0"]
+    assert all(torch.equal(frozen[k], moving[k]) for k in frozen)
+    masks = [k for k in frozen if k.startswith("mask_")]
+    assert masks and any(not torch.equal(states["train", "0.05"][k], states["val", "0.05"][k])
+               for k in masks)
+
+
+def test_a_held_out_batch_is_the_whole_small_split_or_a_reshuffled_share():
+    """held_out_batch: a validation split no larger than a batch is the batch; a larger one is
+    cut into batches of a reshuffle per pass, each sample once per pass, the same for a step
+    whenever it is asked for (so a resumed run sees the same batches)."""
+    from search.train import Batches, held_out_batch
+
+    small = Batches(torch.arange(5.0).view(5, 1, 1), torch.arange(5))
+    x, y = held_out_batch(small, 8, step=3, seed=0)
+    assert torch.equal(y, torch.arange(5))
+    split = Batches(torch.arange(10.0).view(10, 1, 1), torch.arange(10))
+    one_pass = torch.cat([held_out_batch(split, 4, step, seed=1)[1] for step in (0, 1)])
+    assert len(set(one_pass.tolist())) == 8  # two batches of one pass: no sample twice
+    assert torch.equal(held_out_batch(split, 4, 5, 1)[1], held_out_batch(split, 4, 5, 1)[1])
+    assert not torch.equal(held_out_batch(split, 4, 0, 1)[1], held_out_batch(split, 4, 2, 1)[1])
+
+
+def test_mask_data_must_name_a_split():
+    proc = run_search(*TINY, "--mask-data", "test", check=False)
+    assert proc.returncode != 0
+    assert "--mask-data must be one of train, val, got 'test'" in proc.stderr
