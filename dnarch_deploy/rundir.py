@@ -65,7 +65,8 @@ TRAIN_FIELDS_BEFORE = {"pool": MODEL_FIELDS_BEFORE["pool"], "label_smoothing": 0
                        "jitter": 0.0, "mixup": 0.0, "block_norm": "input",
                        "base_ms": [],  # --cost latency priced the base from the table
                        "kernel_floor": MODEL_FIELDS_BEFORE["kernel_floor"],
-                       "kernel_decay": 0.0}  # no penalty on the sampled kernels
+                       "kernel_decay": 0.0,  # no penalty on the sampled kernels
+                       "mask_data": "train"}  # the masks stepped on the training batch
 SUMMARY_KEYS = (
     "task", "learn", "metric_name", "test_metric", "complexity_ratio", "params", "macs",
     "wall_seconds",

@@ -53,6 +53,20 @@ def test_a_run_from_before_kernel_decay_reads_as_trained_without_it(tiny_run, tm
         "kernel_decay: saved 0.0, wanted 0.01"]
 
 
+def test_a_run_from_before_mask_data_reads_as_stepping_masks_on_the_training_batch(tiny_run,
+                                                                                   tmp_path):
+    """A run written before --mask-data existed stepped its masks on the training batch: it is
+    the job of --mask-data train, the default, and not of val."""
+    old = tmp_path / "old"
+    shutil.copytree(tiny_run, old)
+    config = json.loads((old / R.CONFIG).read_text())
+    del config["train"]["mask_data"]
+    (old / R.CONFIG).write_text(json.dumps(config))
+    assert saved_differences(job(old)) == []
+    assert saved_differences(job(old, "--mask-data", "val")) == [
+        "mask_data: saved 'train', wanted 'val'"]
+
+
 def test_a_run_from_before_jitter_reads_as_trained_without_it(tiny_run, tmp_path):
     """A run written before --jitter existed trained without it: it is the job of --jitter 0,
     not of the small-set default (0.1 on GunPoint)."""
