@@ -206,8 +206,8 @@ class SearchConfig:
                         "step on the training batch, weights and masks together, the paper's) "
                         "or 'val' (first-order bilevel, as DARTS: the weights step on the "
                         "training batch, then the masks on a validation batch, with the "
-                        "complexity loss; 1.4-2.5x a run's time, and it lost OSULeaf and ArrowHead: README, "
-                        "\"Masks stepped on validation batches\")")
+                        "complexity loss; 1.4-2.5x a run's time, and it lost OSULeaf and "
+                        "ArrowHead: README, \"Masks stepped on validation batches\")")
     weight_decay: float = _f(0.01, "AdamW weight decay of the network weights")
     # Modelled on the reference CCNN's penalty on its sampled kernels (there the plain L2 norm of
     # each whole kernel tensor, beside every other weight's; it decays no kernel-network weight).
