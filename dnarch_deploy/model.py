@@ -113,7 +113,7 @@ class ModelConfig:
     # taps, the only floor at 0, the default). Budgeted searches cut some blocks to 3 of 251
     # taps (ArrowHead); floors of 1/16 and 1/8 stopped that and the stalled restarts there, but
     # the accuracies tied (OSULeaf at 0.25 with 1/16 just behind), and unbudgeted, 1/8 cost ACSF1
-    # a seed (0.82 -> 0.74), so the default stays 0 (README "A kernel floor").
+    # a seed (0.82 -> 0.74), so the default stays 0 (docs/benchmark_record.md "A kernel floor").
     kernel_floor: float = 0.0
     kernel_hidden: int = 128
     kernel_layers: int = 4

@@ -32,13 +32,13 @@ from dnarch_deploy.model import (
 # a 4000-sample set stops in CPU-scale time (benchmarks/ucr_quality.py measured both ends). 150,
 # not 40: at 40 passes (the 2000-step floor) PLAID's 430 series underfit;
 # 3900 steps lift it 0.829 -> 0.842, past one std, digits ties at 4000, and MNIST-1D with 500
-# training series, not tuned on, gains 0.010 (README "Training length"). Every other bundled set
-# trains for MIN_STEPS or MAX_STEPS either way. A floor of 1000 cost ACSF1 0.064 (it underfits;
-# benchmarks/results/ucr_quality_min_steps_1000.md); one of 4000 on inputs of 512 positions or more
-# lifted ACSF1 0.827 -> 0.857 but cost PLAID (3900 -> 4000 steps) 0.875 -> 0.854, so it was not
-# kept (README "Training length"). A floor of 1000 on inputs of at most 256 positions tied in the
-# default search, but broke ArrowHead's budgeted searches, 0.711 -> 0.520 at budget 0.25
-# (benchmarks/results/ucr_quality_short_floor.md).
+# training series, not tuned on, gains 0.010 (docs/benchmark_record.md "Training length"). Every
+# other bundled set trains for MIN_STEPS or MAX_STEPS either way. A floor of 1000 cost ACSF1 0.064
+# (it underfits; benchmarks/results/ucr_quality_min_steps_1000.md); one of 4000 on inputs of 512
+# positions or more lifted ACSF1 0.827 -> 0.857 but cost PLAID (3900 -> 4000 steps) 0.875 ->
+# 0.854, so it was not kept (the same paragraph). A floor of 1000 on inputs of at most 256
+# positions tied in the default search, but broke ArrowHead's budgeted searches, 0.711 -> 0.520
+# at budget 0.25 (benchmarks/results/ucr_quality_short_floor.md).
 AUTO_EPOCHS = 150
 MASK_DATA = ("train", "val")  # --mask-data: the split whose loss steps the mask parameters
 MIN_STEPS = 2000
@@ -51,7 +51,7 @@ MAX_STEPS = 4000
 # prior cannot fit both smooth and oscillating signals: ACSF1's energy lies at a quarter of the
 # sampling rate and above, where omega_0 5 puts no kernel detail (accuracy 0.62; 0.78 at the 182.5
 # its spectrum gives); OSULeaf's lies below 10 cycles, and it loses 0.05 at omega_0 14 or 43
-# (README, "A frequency prior from the data").
+# (docs/benchmark_record.md, "A frequency prior from the data").
 ENERGY_SHARE = 0.95
 MIN_OMEGA_0 = 5.0
 # The automatic label smoothing (--label-smoothing left out): SHORT_SMOOTHING on classification
@@ -66,14 +66,15 @@ SHORT_SMOOTHING = 0.1
 # network memorises in a few hundred steps (ArrowHead 0.50 -> 0.61, OSULeaf 0.67 -> 0.74 when
 # adopted, one seed each), but they kept the larger ones from fitting their training split: with
 # none, PLAID (430 series) and mnist5k (3500 images) rose past one std, and MNIST-1D with 500
-# training series, not tuned on, rose inside one (README "Shifts for small sets only").
+# training series, not tuned on, rose inside one (docs/benchmark_record.md "Shifts for small
+# sets only").
 SMALL_SET_SAMPLES = 300
 SMALL_SET_SHIFT = 0.1
 # The automatic jitter (--jitter left out): Gaussian noise of SMALL_SET_JITTER of each sample's
 # own std on the same small training splits, none on larger ones. Over the seven bundled sets
 # under 300 samples (3 seeds) it lifted ItalyPowerDemand 0.947 -> 0.957 and ArrowHead 0.750 ->
 # 0.789, past one std, and tied the rest; on PLAID (430) it gave 0.854 +- 0.016 against 0.872 +-
-# 0.012 without, as the shifts did (README "Jitter for small sets").
+# 0.012 without, as the shifts did (docs/benchmark_record.md "Jitter for small sets").
 SMALL_SET_JITTER = 0.1
 # Validations per run, at most: each is a records row, an architecture snapshot and a checkpoint.
 ROUNDS = 50
@@ -115,7 +116,7 @@ class SearchConfig:
     # On an 8x8 image a crop drops 1-3 samples per axis, and onnxruntime runs the block's two
     # resamplings slower than the convolution they shrink: with R, digits' found networks ran at
     # 1.2-2.1x the base's time at 1/8 to 1 of its MACs, without it at 0.85-1.7x, as accurate or
-    # more (README, "digits without resolution").
+    # more (docs/benchmark_record.md, "digits without resolution").
     crop_min_length: int = _f(9, "R is learned only on inputs with an axis of at least this many "
                               "samples; on shorter ones every block runs at full resolution "
                               "(0: always)")
@@ -207,7 +208,8 @@ class SearchConfig:
                         "or 'val' (first-order bilevel, as DARTS: the weights step on the "
                         "training batch, then the masks on a validation batch, with the "
                         "complexity loss; 1.4-2.5x a run's time, and it lost OSULeaf and "
-                        "ArrowHead: README, \"Masks stepped on validation batches\")")
+                        "ArrowHead: docs/benchmark_record.md, \"Masks stepped on validation "
+                        "batches\")")
     weight_decay: float = _f(0.01, "AdamW weight decay of the network weights")
     # Modelled on the reference CCNN's penalty on its sampled kernels (there the plain L2 norm of
     # each whole kernel tensor, beside every other weight's; it decays no kernel-network weight).
