@@ -13,6 +13,10 @@ from pathlib import Path
 
 SCHEMA = "dnarch-architecture"
 VERSION = 1
+# What a block adds to the stream (ModelConfig.block_output): a second pointwise mixing of the
+# GELU's output (the paper's CCNN), or the GELU's output itself (a conv-BN-GELU layer with a
+# skip, the "residual stack" of benchmarks/cnn_ablation.py; it needs block_norm "mix").
+BLOCK_OUTPUTS = ("pointwise", "gelu")
 
 
 class SchemaError(ValueError):
@@ -75,6 +79,9 @@ class Architecture:
     # the global decoder's reductions over positions, in the order its head reads them ([] for
     # a dense decoder; None in files from before it was recorded: see decoder_pooling)
     pooling: list[str] | None = None
+    # what each block adds to the stream (BLOCK_OUTPUTS; files from before it was
+    # recorded: "pointwise", the only form there was)
+    block_output: str = "pointwise"
     schema: str = SCHEMA
     version: int = VERSION
 
@@ -84,6 +91,11 @@ class Architecture:
         if self.pooling is not None:
             return list(self.pooling)
         return [] if self.dense else ["mean"]
+
+    @property
+    def second_mixing(self) -> bool:
+        """Whether each block ends on a second pointwise mixing (ModelConfig.second_mixing)."""
+        return self.block_output == "pointwise"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -128,6 +140,9 @@ class Architecture:
         poolings = [[]] if kwargs["dense"] else [["mean"], ["mean", "max"]]
         _expect(pooling is None or pooling in poolings, where, "pooling",
                 f"null or one of {poolings} (dense: {kwargs['dense']})", pooling)
+        block_output = data.get("block_output", "pointwise")  # absent before it was recorded
+        _expect(block_output in BLOCK_OUTPUTS, where, "block_output",
+                f"one of {list(BLOCK_OUTPUTS)}", block_output)
         blocks = _field(data, "blocks", lambda v: isinstance(v, list), where)
         block_fields = {
             "index": _nonneg_int,
@@ -158,7 +173,8 @@ class Architecture:
         _expect(
             len(parsed) == kwargs["depth"], where, "depth", f"the number of blocks ({len(parsed)})"
         )
-        return cls(**kwargs, blocks=parsed, epoch=epoch, vocab_size=vocab_size, pooling=pooling)
+        return cls(**kwargs, blocks=parsed, epoch=epoch, vocab_size=vocab_size, pooling=pooling,
+                   block_output=block_output)
 
     @classmethod
     def load(cls, path: str | Path) -> Architecture:
@@ -258,6 +274,7 @@ def describe(model, epoch: int | None = None) -> Architecture:
         epoch=epoch,
         vocab_size=c.vocab_size,
         pooling=list(c.pooling),
+        block_output=c.block_output,
     )
 
 

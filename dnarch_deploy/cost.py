@@ -173,6 +173,8 @@ def _soft_sizes(model: DNArch) -> tuple[Tensor, Tensor]:
     H, D, T = c.max_width, c.max_depth, c.threshold
     if c.learns("W"):
         widths = M.sigmoid_size(model.mask_width, c.tau_width, H, T)
+        if not c.second_mixing:  # n_out is n_mid (DNArch.plan)
+            widths = widths[:, [0, 1, 1]]
     else:
         widths = torch.full((D, 3), float(H), dtype=ref.dtype, device=ref.device)
     size = torch.tensor(c.input_size, dtype=ref.dtype, device=ref.device)
@@ -246,7 +248,8 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
             conv_fft = c.conv_fft(res, cropped)
         conv_taps.append(deployed)
         operators.append(block_operators(tuple(c.input_size), res, n_in, n_mid, n_out,
-                                         deployed, cropped, stream=stream, conv_fft=conv_fft))
+                                         deployed, cropped, stream=stream, conv_fft=conv_fft,
+                                         second_mixing=c.second_mixing))
     return {
         "n_in": columns[0], "n_mid": columns[1], "n_out": columns[2], "resolution": res_axes,
         # a kernel spanning K input samples has K R / S taps at resolution R
@@ -381,7 +384,8 @@ def model_params(model: DNArch, plan: Plan | None = None) -> Tensor:
     return network_params(in_channels=c.in_channels, out_channels=c.out_channels,
                           stream=z["stream"], n_in=z["n_in"], n_mid=z["n_mid"], n_out=z["n_out"],
                           taps=math.prod(_deployed_taps(z, c.input_size)),
-                          block_weights=z["weights"], heads=decoder_heads(c.pooling))
+                          block_weights=z["weights"], heads=decoder_heads(c.pooling),
+                          second_mixing=c.second_mixing)
 
 
 def base_cost(config, units: Units | BatchBlend = MACS) -> float:
@@ -394,7 +398,7 @@ def base_cost(config, units: Units | BatchBlend = MACS) -> float:
         return units.base_ms
     size, H = tuple(config.input_size), config.width
     ops = block_operators(size, size, H, H, H, tuple(config.max_kernel), (False,) * len(size),
-                          stream=H)
+                          stream=H, second_mixing=config.second_mixing)
     return sum(_layers(size, 0 if config.vocab_size else config.in_channels, config.out_channels,
                        config.pooling, H, [ops] * config.depth, units).values()) + units.per_call
 
@@ -450,7 +454,8 @@ def architecture_operators(arch) -> list[dict[str, Operator]]:
     return [block_operators(size, tuple(b.resolution), b.n_in, b.n_mid, b.n_out,
                             tuple(b.deployed_taps(size, arch.learn)),
                             tuple(b.cropped_axes(size)), stream=arch.stream_width,
-                            conv_fft=tuple(b.conv_fft) if b.conv_fft else None)
+                            conv_fft=tuple(b.conv_fft) if b.conv_fft else None,
+                            second_mixing=arch.second_mixing)
             for b in arch.blocks]
 
 
@@ -488,12 +493,15 @@ def architecture_cost(arch, units: Units | BatchBlend = MACS) -> float:
 
 def network_params(*, in_channels: int, out_channels: int, stream: Size, n_in: Tensor,
                    n_mid: Tensor, n_out: Tensor, taps: Tensor,
-                   block_weights: Tensor | None = None, heads: int = 1) -> Size:
+                   block_weights: Tensor | None = None, heads: int = 1,
+                   second_mixing: bool = True) -> Size:
     """Parameters of a deployed (materialised) network from its sizes: sampled kernels (``taps``:
     per block, the product over the axes), folded norms and pointwise layers, the decoder's
     ``heads`` weight matrices (:func:`decoder_heads`); the kernel network and masks are gone after
     export. Block arguments are (D,) tensors, weighted by ``block_weights`` (default 1)."""
-    blocks = n_in * taps + n_in + n_in * n_mid + n_mid + n_mid * n_out + n_out
+    blocks = n_in * taps + n_in + n_in * n_mid + n_mid
+    if second_mixing:
+        blocks = blocks + n_mid * n_out + n_out
     if block_weights is not None:
         blocks = blocks * block_weights
     encoder = in_channels * stream + stream  # norm folded
@@ -512,7 +520,7 @@ def architecture_params(arch) -> int:
         stream=float(arch.stream_width), n_in=column(b.n_in for b in blocks),
         n_mid=column(b.n_mid for b in blocks), n_out=column(b.n_out for b in blocks),
         taps=column(math.prod(b.deployed_taps(arch.input_size, arch.learn)) for b in blocks),
-        heads=decoder_heads(arch.decoder_pooling())))))
+        heads=decoder_heads(arch.decoder_pooling()), second_mixing=arch.second_mixing))))
 
 
 def limit_loss(value: Tensor, limit: float) -> Tensor:

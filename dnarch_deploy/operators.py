@@ -391,7 +391,8 @@ class Operator(NamedTuple):
 def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_in: int,
                     n_mid: int, n_out: int, conv_taps: tuple[int, ...],
                     cropped: tuple[bool, ...], *, stream: int,
-                    conv_fft: tuple[int, ...] | None = None) -> dict[str, Operator]:
+                    conv_fft: tuple[int, ...] | None = None,
+                    second_mixing: bool = True) -> dict[str, Operator]:
     """The operators one block lowers to by cost, by name in the order they run: ``read`` (a
     Slice of the first n_in of the ``stream``'s channels, where n_in is fewer; for a direct
     convolution as many as its padded count :func:`depthwise_channels`, or all the stream has,
@@ -401,9 +402,10 @@ def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_
     lengths of a block whose resolution mask filters its spectrum, circular at
     :func:`conv_period` in the MatMul FFT forms), ``linear1``, ``bias1`` (its
     per-position bias, an Add: the folded norm's shift carried through the convolution),
-    ``gelu``, ``linear2`` (at the resolution), ``up<a>`` per axis whose resolution is not the
-    input's (n_out channels), ``residual`` (at the input's size) and ``write`` (where n_out is
-    fewer than the stream's channels: two Slices and a Concat, the whole stream copied).
+    ``gelu``, ``linear2`` (at the resolution; none without ``second_mixing``), ``up<a>`` per
+    axis whose resolution is not the input's (n_out channels), ``residual`` (at the input's
+    size) and ``write`` (where n_out is fewer than the stream's channels: two Slices and a
+    Concat, the whole stream copied).
     Resampling runs one axis after the other: each axis's lines are the channels times the
     other axes' current sizes. Element-wise and copying operators count one MAC per element of
     their result: on small inputs onnxruntime's per-node cost, not their arithmetic, is what they
@@ -433,7 +435,8 @@ def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_
     ops["linear1"] = Operator("linear", float(r * columns * n_mid), columns * n_mid, r, 1)
     ops["bias1"] = Operator("add", float(r * n_mid))
     ops["gelu"] = Operator("pointwise", float(r * n_mid))
-    ops["linear2"] = Operator("linear", float(r * n_mid * n_out), n_mid * n_out, r, 1)
+    if second_mixing:
+        ops["linear2"] = Operator("linear", float(r * n_mid * n_out), n_mid * n_out, r, 1)
     for a, (n, size) in enumerate(zip(resolution, input_size)):
         if n != size:
             form = cheapest_resample(n, size)

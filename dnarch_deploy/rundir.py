@@ -63,6 +63,7 @@ TRAIN_FIELDS_BEFORE = {"pool": MODEL_FIELDS_BEFORE["pool"], "label_smoothing": 0
                        "crop_min_length": 0,  # R was learned on every input
                        "crop_min_budget": 0.0,  # and at every budget
                        "jitter": 0.0, "mixup": 0.0, "block_norm": "input",
+                       "block_output": "pointwise",  # every block ended on a second mixing
                        "base_ms": [],  # --cost latency priced the base from the table
                        "kernel_floor": MODEL_FIELDS_BEFORE["kernel_floor"],
                        "kernel_decay": 0.0,  # no penalty on the sampled kernels

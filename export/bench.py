@@ -93,7 +93,8 @@ def theoretical_costs(
         r = float(math.prod(res))
         work += conv_macs(tactic_of(block), n_in, res, taps, block.conv.period)
         work += linear_cost(r, columns, n_mid) + 2 * pointwise_cost(r, n_mid)  # bias, GELU
-        work += linear_cost(r, n_mid, n_out)
+        if block.w2 is not None:
+            work += linear_cost(r, n_mid, n_out)
         shape = list(res)
         for m in block.up:
             work += axis_matmul_macs(m, n_out, tuple(shape))

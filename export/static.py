@@ -119,7 +119,8 @@ class Encoder(nn.Module):
 
 class StaticBlock(nn.Module):
     """One residual block with fixed sizes: read n_in channels -> down -> conv -> pointwise ->
-    GELU -> pointwise -> up -> add to the first n_out channels."""
+    GELU -> pointwise -> up -> add to the first n_out channels (without ``w2``, the block's
+    output is the GELU's: n_out = n_mid)."""
 
     def __init__(
         self,
@@ -129,13 +130,13 @@ class StaticBlock(nn.Module):
         conv: nn.Module,
         w1: Tensor,  # (n_mid, n_in), BatchNorm scale folded into the columns
         bias1: Tensor,  # (n_mid, *R): b1 plus the BatchNorm shift carried through down and conv
-        w2: Tensor,  # (n_out, n_mid), mask and depth weight folded into the rows
-        b2: Tensor,  # (n_out,)
+        w2: Tensor | None,  # (n_out, n_mid), mask and depth weight folded into the rows
+        b2: Tensor | None,  # (n_out,)
         up: list[nn.Module],
     ):
         super().__init__()
         self.index, self.stream = index, stream
-        self.n_in, self.n_out = w1.shape[1], w2.shape[0]
+        self.n_in, self.n_out = w1.shape[1], (w1 if w2 is None else w2).shape[0]
         self.read = self.n_in  # the stream's channels the block reads (read_wider: a few more)
         self.down, self.conv, self.up = nn.Sequential(*down), conv, nn.Sequential(*up)
         self.register_buffer("w1", w1)
@@ -156,7 +157,8 @@ class StaticBlock(nn.Module):
         z = h[:, : self.read] if self.read < self.stream else h  # (B, read, *S)
         z = self.conv(self.down(z))  # (B, n_in, *R), or w1's columns after read_wider
         z = F.gelu(pointwise(z, self.w1) + self.bias1)  # (B, n_mid, *R)
-        z = pointwise(z, self.w2, self.b2)  # (B, n_out, *R)
+        if self.w2 is not None:
+            z = pointwise(z, self.w2, self.b2)  # (B, n_out, *R)
         z = self.up(z)  # (B, n_out, *S)
         if self.n_out == self.stream:
             return h + z
@@ -311,7 +313,7 @@ def _block(model: DNArch, p, kernel: Tensor, stream: int) -> StaticBlock:
         conv=SpectralConv(kernel.to(f32), period),
         w1=(w1 * a[None, :]).to(f32),
         bias1=bias1.to(f32),
-        w2=w2.to(f32),
-        b2=b2.to(f32),
+        w2=w2.to(f32) if blk.second_mixing else None,
+        b2=b2.to(f32) if blk.second_mixing else None,
         up=up,
     )

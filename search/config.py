@@ -18,6 +18,7 @@ from dnarch_deploy.cost import MACS, BatchBlend, Units, latency_units
 from dnarch_deploy.latency import DEFAULT_BATCHES, LatencyTable, load_table
 from dnarch_deploy.model import (
     BLOCK_NORMS,
+    BLOCK_OUTPUTS,
     CROP_RULES,
     MAX_DEPTH,
     MAX_KERNEL_FLOOR,
@@ -238,6 +239,11 @@ class SearchConfig:
                              "output of the first pointwise mixing, after the convolution, as a "
                              "plain CNN's conv-BN-activation) or 'input' (on the block's input, "
                              "the paper's pre-norm CCNN block)")
+    block_output: str = _model("block_output", "what each block adds to the stream: 'pointwise' "
+                               "(a second pointwise mixing of the GELU's output, the paper's "
+                               "CCNN block) or 'gelu' (the GELU's output itself: a "
+                               "conv-BN-GELU layer with a skip, about half the pointwise MACs; "
+                               "needs --block-norm mix)")
     crop: str = _model("crop", "when a block crops an axis whose resolution is learned: 'bin' "
                        "(from the first frequency bin past the resolution mask's threshold, the "
                        "paper's) or 'pays' (only once the cropped block costs fewer deployed "
@@ -357,6 +363,11 @@ class SearchConfig:
              f"got {self.pool!r}"),
             (self.block_norm in BLOCK_NORMS, f"--block-norm must be one of "
              f"{', '.join(BLOCK_NORMS)}, got {self.block_norm!r}"),
+            (self.block_output in BLOCK_OUTPUTS, f"--block-output must be one of "
+             f"{', '.join(BLOCK_OUTPUTS)}, got {self.block_output!r}"),
+            (self.block_output != "gelu" or self.block_norm == "mix", "--block-output gelu "
+             f"needs --block-norm mix (the GELU reads the normalised mixing), got "
+             f"--block-norm {self.block_norm}"),
             (0 <= self.warmup < 1, f"--warmup must be in [0, 1) (a share of the steps), "
              f"got {self.warmup}"),
             (self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, "

@@ -20,6 +20,7 @@ MODELS = {
     "1d-random": (dict(input_size=(40,)), "random"),
     "2d-dense-extremes": (dict(input_size=(9, 12), dense=True), "extremes"),
     "base-ccnn": (dict(input_size=(16,), learn="none"), "init"),
+    "gelu-output": (dict(input_size=(16,), block_norm="mix", block_output="gelu"), "random"),
 }
 
 
@@ -120,6 +121,10 @@ DAMAGES = {
     "pooling-max-alone": (
         _set(["pooling"], ["max"]),
         "field 'pooling' must be null or one of .*, got \\['max'\\]",
+    ),
+    "block-output": (
+        _set(["block_output"], "relu"),
+        "field 'block_output' must be one of \\['pointwise', 'gelu'\\], got 'relu'",
     ),
 }
 
@@ -262,3 +267,17 @@ def test_files_from_before_pooling_was_recorded_read_as_mean_pooling(tmp_path):
         path.write_text(json.dumps(data))
         old = Architecture.load(path)
         assert old.pooling is None and old.decoder_pooling() == expected
+
+
+def test_files_from_before_the_block_output_was_recorded_end_each_block_on_a_mixing(tmp_path):
+    """An architecture.json without ``block_output`` was written when every block ended on its
+    second pointwise mixing; a described "gelu" network says so, and its blocks' n_out is n_mid
+    (the branch's output is the first mixing's)."""
+    data = json.loads(architecture("1d-init").to_json())
+    assert data.pop("block_output") == "pointwise"
+    path = tmp_path / "architecture.json"
+    path.write_text(json.dumps(data))
+    assert Architecture.load(path).second_mixing
+    gelu = architecture("gelu-output")
+    assert gelu.block_output == "gelu" and not gelu.second_mixing
+    assert all(b.n_out == b.n_mid for b in gelu.blocks)

@@ -34,6 +34,8 @@ CONFIGS = {
     "2d-dense": dict(input_size=(8, 7), dense=True),
     "tokens": dict(input_size=(16,), vocab_size=11, in_channels=5),
     "1d-mean-pool": dict(input_size=(17,), pool="avg"),
+    "1d-gelu-output": dict(input_size=(17,), block_norm="mix", block_output="gelu"),
+    "2d-gelu-output": dict(input_size=(9, 12), block_norm="mix", block_output="gelu"),
 }
 LEARN = ["KRWD", "none", "K", "R", "W", "D", "KWD"]
 
@@ -41,7 +43,8 @@ LEARN = ["KRWD", "none", "K", "R", "W", "D", "KWD"]
 def closed_form_base_cost(c, conv_taps=None, period=None) -> float:
     """CCNN_{D,H} written out by hand as export deploys it: encoder (linear with the norm folded,
     none for tokens; GELU), D blocks (the depthwise convolution at the tactic export picks by
-    cost, two H x H pointwise layers, the first one's per-position bias, GELU, residual; the norm
+    cost, two H x H pointwise layers (one with block_output "gelu"), the first one's
+    per-position bias, GELU, residual; the norm
     folded; no Slice or Concat, every block as wide as the stream), decoder (each pooling
     -- mean, and max with pool "avgmax" -- over L H values, and a linear on their H outputs each;
     or a linear per position). ``conv_taps``: the deployed kernel's taps (default the global
@@ -50,7 +53,9 @@ def closed_form_base_cost(c, conv_taps=None, period=None) -> float:
     taps = conv_taps or tuple(s if s % 2 else s - 1 for s in c.input_size)
     tactic = conv_by_cost(H, tuple(c.input_size), taps, period)
     encoder = L * (0 if c.vocab_size else c.in_channels) * H + L * H
-    block = conv_macs(tactic, H, tuple(c.input_size), taps, period) + 2 * L * H * H + 3 * L * H
+    mixings = 2 if c.block_output == "pointwise" else 1
+    block = conv_macs(tactic, H, tuple(c.input_size), taps, period) + mixings * L * H * H
+    block += 3 * L * H
     pools = {"avg": 1, "avgmax": 2}[c.pool]
     decoder = L * H * c.out_channels if c.dense else pools * (L * H + H * c.out_channels)
     return encoder + D * block + decoder
@@ -208,7 +213,8 @@ def linear_terms(cost: dict, config) -> float:
     """The cost's linear terms; with tokens plus the training model's encoder linear map, which
     the deployed network folds into its look-up table (priced 0 there)."""
     terms = cost["blocks"]
-    blocks = (cost["block_weights"] * (terms["linear1"] + terms["linear2"])).sum()
+    linear2 = terms.get("linear2", 0.0)  # none with block_output "gelu"
+    blocks = (cost["block_weights"] * (terms["linear1"] + linear2)).sum()
     tokens = math.prod(config.input_size) * config.in_channels * config.width
     return float(cost["encoder"]["linear"] + blocks + cost["decoder"]["linear"]
                  + (tokens if config.vocab_size else 0))
@@ -260,7 +266,9 @@ def test_cost_functions_at_the_materialised_sizes_match_flop_counter(case, seed,
     expected += decoder_cost(L, plan.stream, c.out_channels, c.pooling)["linear"]
     for p in plan.blocks:
         r = math.prod(p.resolution)
-        expected += linear_cost(r, p.n_in, p.n_mid) + linear_cost(r, p.n_mid, p.n_out)
+        expected += linear_cost(r, p.n_in, p.n_mid)
+        if c.second_mixing:
+            expected += linear_cost(r, p.n_mid, p.n_out)
     total, kernel_net = counted_macs(model, torch.randn(1, c.in_channels, *c.input_size))
     assert any(p.resolution != c.input_size for p in plan.blocks)  # a cropped block is covered
     assert total - kernel_net == pytest.approx(expected, rel=1e-9)

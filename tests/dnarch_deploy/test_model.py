@@ -33,6 +33,9 @@ CASES = {
     "learn-R-2d": dict(learn="R", input_size=(9, 12)),
     "norm-after-mixing": dict(block_norm="mix", input_size=(20,)),
     "norm-after-mixing-2d-dense": dict(block_norm="mix", input_size=(8, 9), dense=True),
+    "gelu-output": dict(block_norm="mix", block_output="gelu", input_size=(20,)),
+    "gelu-output-2d-dense": dict(block_norm="mix", block_output="gelu", input_size=(8, 9),
+                                 dense=True),
 }
 STATES = ["init", "min", "max", "extremes", "random"]
 
@@ -374,6 +377,9 @@ def test_base_ccnn_has_no_masks():
         (dict(dropout=1.0), "dropout must be in .*got 1.0"),
         (dict(input_norm="minmax"), "input_norm must be one of .*got 'minmax'"),
         (dict(block_norm="kernel"), "block_norm must be one of .*got 'kernel'"),
+        (dict(block_output="relu"), "block_output must be one of .*got 'relu'"),
+        (dict(block_output="gelu"), "block_output 'gelu' needs block_norm 'mix' .*got "
+                                    "block_norm 'input'"),
     ],
 )
 def test_config_errors_name_the_value(kwargs, message):

@@ -32,6 +32,8 @@ def random_config(rng: random.Random, sample_norm: bool = False, long: bool = Fa
     pool = "avg" if sum(size) % 2 else "avgmax"  # both decoders, also not drawn
     # both places of the blocks' norm, also not drawn
     block_norm = ("input", "mix")[(sum(size) + cin) % 2]
+    # and, after the mixing, half the blocks ending on the GELU (no second mixing)
+    block_output = "gelu" if block_norm == "mix" and sum(size) // 2 % 2 else "pointwise"
     return ModelConfig(
         in_channels=cin,
         out_channels=out,
@@ -46,6 +48,7 @@ def random_config(rng: random.Random, sample_norm: bool = False, long: bool = Fa
         initial_kernel=initial_kernel,
         pool=pool,
         block_norm=block_norm,
+        block_output=block_output,
         input_norm=norm,
         input_mean=mean,
         input_std=std,

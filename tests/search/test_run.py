@@ -230,6 +230,9 @@ def test_bad_input_gives_one_clear_message(tmp_path, capsys, main_here):
         (["--budget-tolerance", "-0.1"], "--budget-tolerance"),
         (["--pool", "max"], "--pool must be one of avg, avgmax, got 'max'"),
         (["--block-norm", "after"], "--block-norm must be one of input, mix, got 'after'"),
+        (["--block-output", "relu"], "--block-output must be one of pointwise, gelu, got 'relu'"),
+        (["--block-output", "gelu"], "--block-output gelu needs --block-norm mix (the GELU "
+                                     "reads the normalised mixing), got --block-norm input"),
         (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1), got 1.0"),
         (["--crop-min-length", "-1"], "--crop-min-length must be >= 0"),
         (["--crop-min-budget", "-1"], "--crop-min-budget must be >= 0 (0: at every budget), "
@@ -568,6 +571,24 @@ def test_the_norm_after_the_mixing_trains_no_first_mixing_bias(tiny_run):
                                     width=4, block_norm=norm)) for norm in ("input", "mix"))
     assert trained_params(pre) == sum(p.numel() for p in pre.parameters())
     assert trained_params(pre) - trained_params(post) == pre.config.max_depth * pre.config.max_width
+
+
+def test_blocks_that_end_on_the_gelu_train_no_second_mixing():
+    """block_output "gelu": the second mixing's weight and bias are neither used nor trained
+    (D_max x (H_max^2 + H_max) fewer than with the norm after the mixing), and the deployed
+    network has none (model_params == architecture_params, without them)."""
+    from dnarch_deploy import describe
+    from dnarch_deploy.cost import model_params
+
+    kwargs = dict(in_channels=1, out_channels=3, input_size=(16,), depth=2, width=4,
+                  block_norm="mix")
+    mix, gelu = (DNArch(ModelConfig(**kwargs, block_output=out)) for out in ("pointwise", "gelu"))
+    D, H = mix.config.max_depth, mix.config.max_width
+    assert trained_params(mix) - trained_params(gelu) == D * (H * H + H)
+    with torch.no_grad():
+        one, other = (float(model_params(m).detach()) for m in (mix, gelu))
+    assert one - other == mix.config.depth * (mix.config.width ** 2 + mix.config.width)
+    assert other == architecture_params(describe(gelu))
 
 
 def test_summary_says_how_far_the_search_went(tiny_run):
