@@ -8,8 +8,10 @@ directory name (task, what is learned, seed). Each run not yet exported is expor
 measurement does not choose them), then every export is timed in one onnxruntime session each,
 all models taking turns at each batch (:func:`export.measure.measure_exports`), one thread.
 
-Per set: test accuracy (mean ± std over seeds, as shipped: summary.json), deployed MACs per
-sample (summary.json ``macs``: the exported network's theoretical cost), and per seed the
+Per set: test accuracy (mean ± std over seeds, as shipped: summary.json), MACs per sample
+(summary.json ``macs``: the found architecture's cost by the cost model, which is export's
+theoretical total where export picks tactics by that model, as ``--no-tune`` does; a run
+exported before, with tuning, keeps its export and may run other tactics), and per seed the
 ratio runs / against of MACs and of the median milliseconds at each batch, given as the mean of
 the seeds' ratios.
 

@@ -237,7 +237,9 @@ def architecture_facts(arch: Architecture) -> dict[str, Any]:
             "max width": arch.max_width, "depth": arch.depth, "max depth": arch.max_depth,
             "learn": arch.learn, "dense": arch.dense, "epoch": arch.epoch,
             "decoder": ("linear per position" if arch.dense else
-                        " + ".join(arch.decoder_pooling()) + " pool, linear")}
+                        " + ".join(arch.decoder_pooling()) + " pool, linear"),
+            "block output": ("second pointwise mixing" if arch.second_mixing else
+                             "GELU (n_out = n_mid)")}
 
 
 # --- the export report ----------------------------------------------------------------------------

@@ -169,6 +169,9 @@ class Architecture:
                 if fields.get(k) is not None:  # one entry per axis of the input
                     _expect(len(fields[k]) == axes, where, f"blocks[{i}].{k}",
                             f"one entry per input axis ({axes})", fields[k])
+            if block_output == "gelu":  # the block adds its first mixing's channels
+                _expect(fields["n_out"] == fields["n_mid"], where, f"blocks[{i}].n_out",
+                        f"n_mid ({fields['n_mid']}) with block_output 'gelu'", fields["n_out"])
             parsed.append(BlockArchitecture(**fields))
         _expect(
             len(parsed) == kwargs["depth"], where, "depth", f"the number of blocks ({len(parsed)})"
@@ -341,6 +344,9 @@ def set_masks(model, arch: Architecture) -> None:
     if arch.decoder_pooling() != list(c.pooling):
         raise ValueError(f"architecture field 'pooling' is {arch.decoder_pooling()!r}; the model "
                          f"has {list(c.pooling)!r}")
+    if arch.block_output != c.block_output:
+        raise ValueError(f"architecture field 'block_output' is {arch.block_output!r}; the "
+                         f"model has {c.block_output!r}")
     H, D, T = c.max_width, c.max_depth, c.threshold
     offset = math.log(1.0 / (1.0 - T) - 1.0)  # mu = x_T + offset / tau (eq. 4 inverted)
 

@@ -39,7 +39,6 @@ def test_two_variants_side_by_side(tmp_path):
     assert cells[:7] == ["ucr:GunPoint", "1", f"{gelu['test_metric']:.3f}",
                          f"{default['test_metric']:.3f}", f"{gelu['macs']:.0f}",
                          f"{default['macs']:.0f}", f"{gelu['macs'] / default['macs']:.2f}"]
-    assert float(cells[6]) < 1  # one block of 4 channels without its second mixing
     (pair,) = [line for line in text.splitlines() if line.startswith(f"| {name} |")]
     ms = [float(v) for v in pair.strip("|").split("|")[5:]]  # B=1, against, B=32, against
     assert len(ms) == 4 and all(v > 0 for v in ms)

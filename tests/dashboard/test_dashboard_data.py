@@ -207,6 +207,13 @@ def test_architecture_facts_name_the_decoder(runs_dir, tmp_path):
     del record["pooling"]
     (old / rundir.ARCHITECTURE).write_text(json.dumps(record))
     assert data.architecture_facts(rundir.read_architecture(old))["decoder"] == "mean pool, linear"
+    assert data.architecture_facts(gunpoint)["block output"] == "second pointwise mixing"
+    record["block_output"] = "gelu"
+    for block in record["blocks"]:
+        block["n_out"] = block["n_mid"]
+    (old / rundir.ARCHITECTURE).write_text(json.dumps(record))
+    assert data.architecture_facts(rundir.read_architecture(old))["block output"] == (
+        "GELU (n_out = n_mid)")
 
 
 @pytest.mark.parametrize("shipped", [True, False], ids=["recorded-both", "older-run"])

@@ -281,3 +281,21 @@ def test_files_from_before_the_block_output_was_recorded_end_each_block_on_a_mix
     gelu = architecture("gelu-output")
     assert gelu.block_output == "gelu" and not gelu.second_mixing
     assert all(b.n_out == b.n_mid for b in gelu.blocks)
+
+
+def test_a_gelu_architecture_needs_each_blocks_output_as_wide_as_its_mixing(tmp_path):
+    data = json.loads(architecture("gelu-output").to_json())
+    data["blocks"][0]["n_out"] = data["blocks"][0]["n_mid"] + 1
+    with pytest.raises(SchemaError, match=r"field 'blocks\[0\].n_out' must be n_mid \(\d+\) "
+                                          r"with block_output 'gelu', got \d+"):
+        Architecture.from_dict(data)
+
+
+def test_set_masks_refuses_another_block_output():
+    """A described network of one block form does not load into a model of the other (its cost
+    and parameters would be another network's)."""
+    gelu = architecture("gelu-output")
+    model = tiny_model(1, input_size=(16,), block_norm="mix")
+    with pytest.raises(ValueError, match="architecture field 'block_output' is 'gelu'; the model "
+                                         "has 'pointwise'"):
+        set_masks(model, gelu)
