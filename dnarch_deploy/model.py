@@ -144,10 +144,10 @@ class ModelConfig:
     # 0.05 on ArrowHead and 0.01 on GunPoint, so the default stays the paper's.
     block_norm: str = "input"
     # What each block adds to the stream (BLOCK_OUTPUTS). "gelu" drops the second pointwise
-    # mixing: half a block's pointwise MACs. The default search with it (block_norm "mix", 3
-    # seeds, 7 bundled sets) tied the paper's block on five, won ItalyPowerDemand, lost
-    # ArrowHead 0.044, and its networks ran in ~0.85 of the time (benchmarks/results/
-    # ucr_quality_block_output_gelu.md); not a step toward the peers, so the default stays.
+    # mixing: half a block's pointwise MACs. Against block_norm "mix" with the second mixing (3
+    # seeds, 7 bundled sets) the default search with it tied on six sets and lost OSULeaf 0.04;
+    # its networks had 0.65-0.94 of the MACs but not less time on the whole (other architectures
+    # and tactics; benchmarks/results/ucr_quality_block_output_gelu.md), so the default stays.
     block_output: str = "pointwise"
     crop: str = "bin"  # CROP_RULES
     input_mean: list[float] = field(default_factory=list)  # per input channel; empty = 0
