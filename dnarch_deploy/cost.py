@@ -172,9 +172,7 @@ def _soft_sizes(model: DNArch) -> tuple[Tensor, Tensor]:
     ref = model.enc_w
     H, D, T = c.max_width, c.max_depth, c.threshold
     if c.learns("W"):
-        widths = M.sigmoid_size(model.mask_width, c.tau_width, H, T)
-        if not c.second_mixing:  # n_out is n_mid (DNArch.plan)
-            widths = widths[:, [0, 1, 1]]
+        widths = M.sigmoid_size(model.width_offsets(), c.tau_width, H, T)
     else:
         widths = torch.full((D, 3), float(H), dtype=ref.dtype, device=ref.device)
     size = torch.tensor(c.input_size, dtype=ref.dtype, device=ref.device)

@@ -615,6 +615,13 @@ class DNArch(nn.Module):
 
     # --- masks -> plan -----------------------------------------------------------------------
 
+    def width_offsets(self) -> Tensor:
+        """The width masks' offsets per block, (max_depth, 3), columns n_in, n_mid, n_out:
+        ``mask_width``, or without the second mixing its n_mid column for n_out too (the block
+        adds its first mixing's channels; mask_width's own n_out column is then unused)."""
+        mu = self.mask_width
+        return mu if self.config.second_mixing else mu[:, [0, 1, 1]]
+
     def mask_parameters(self) -> list[nn.Parameter]:
         return [p for n, p in self.named_parameters() if n.startswith("mask_")]
 
@@ -653,11 +660,9 @@ class DNArch(nn.Module):
             positions = M.grid(D, mu.device, mu.dtype)
             depth_weights = M.sigmoid_mask(positions, mu, c.tau_depth, T).unbind(0)
         widths, width_masks = [(H, H, H)] * D, [None] * D
-        if c.learns("W"):  # columns of mask_width: n_in, n_mid, n_out
-            mu = self.mask_width
+        if c.learns("W"):  # columns: n_in, n_mid, n_out
+            mu = self.width_offsets()
             x_t = M.sigmoid_inverse(mu, c.tau_width, T).detach().tolist()
-            if not c.second_mixing:  # the branch's output is its first mixing's: n_out = n_mid
-                mu, x_t = mu[:, [0, 1, 1]], [[a, b, b] for a, b, _ in x_t]
             widths = [tuple(M.sigmoid_count(x, H) for x in row) for row in x_t]
             positions = M.grid(H, mu.device, mu.dtype)
             width_masks = M.sigmoid_mask(positions, mu[..., None], c.tau_width, T).unbind(0)
