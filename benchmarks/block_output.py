@@ -29,6 +29,7 @@ import argparse
 import os
 import platform
 import shlex
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -74,14 +75,11 @@ def set_name(run_dir: Path) -> str:
     return R.read_config(run_dir)["task"]
 
 
-def report(args, rows: list[dict], batches: tuple[int, ...], seconds: float) -> str:
+def report(args, rows: list[dict], batches: tuple[int, ...], env: dict, seconds: float) -> str:
     by_set: dict[str, list[dict]] = {}
     for row in rows:
         by_set.setdefault(row["set"], []).append(row)
     command = "python benchmarks/block_output.py " + shlex.join(sys.argv[1:])
-    import onnxruntime
-    import torch
-
     from dnarch_deploy.latency import cpu_model
 
     lines = [
@@ -89,8 +87,8 @@ def report(args, rows: list[dict], batches: tuple[int, ...], seconds: float) -> 
         "",
         f"Command: `{command}`  ",
         f"Machine: {platform.machine()} ({cpu_model()}), {os.cpu_count()} "
-        f"cores; onnxruntime {onnxruntime.__version__}, 1 thread, models in turns; Python "
-        f"{platform.python_version()}, torch {torch.__version__}; {seconds / 60:.0f} min wall.  ",
+        f"cores; onnxruntime {env['onnxruntime']}, 1 thread, models in turns; Python "
+        f"{env['python']}, torch {env['torch']}; {seconds / 60:.0f} min wall.  ",
         f"*runs*: `{args.runs}`; *against*: `{args.against}`. Accuracy mean ± std over seeds (as "
         "shipped); MACs per sample of the exported network; ratios runs / against per seed, "
         "then their mean ± std.",
@@ -106,6 +104,7 @@ def report(args, rows: list[dict], batches: tuple[int, ...], seconds: float) -> 
                  fmt([r["macs"] / r["macs_against"] for r in group], 2)]
         cells += [fmt([r["ms"][b] / r["ms_against"][b] for r in group], 2) for b in batches]
         lines.append("| " + " | ".join(cells) + " |")
+    lines.append("| " + " | ".join(mean_row(by_set, batches)) + " |")
     lines += ["", "Every pair (milliseconds: medians of the timed calls):", "",
               "| run | accuracy | against | MACs | against | "
               + " | ".join(f"ms B={b} | against" for b in batches) + " |",
@@ -117,6 +116,16 @@ def report(args, rows: list[dict], batches: tuple[int, ...], seconds: float) -> 
             cells += [f"{row['ms'][b]:.4g}", f"{row['ms_against'][b]:.4g}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def mean_row(by_set: dict[str, list[dict]], batches: tuple[int, ...]) -> list[str]:
+    """The table's last row: over the sets, the mean of each set's mean ratio."""
+    def mean(ratio) -> str:
+        return f"{statistics.mean(statistics.mean(map(ratio, g)) for g in by_set.values()):.2f}"
+
+    macs = mean(lambda r: r["macs"] / r["macs_against"])
+    return (["mean over the sets", "", "", "", "", "", macs]
+            + [mean(lambda r, b=b: r["ms"][b] / r["ms_against"][b]) for b in batches])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,22 +142,30 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{root}: no such directory")
     batches = tuple(int(b) for b in args.batches.split(","))
     start = time.time()
-    matched = pairs(args.runs, args.against)
-    export_missing([d for pair in matched for d in pair])
+    from export.infer import InputError
     from export.measure import measure_exports
+    from export.pipeline import ExportError
+    from export.verify import VerificationError
 
-    timed = measure_exports([d for pair in matched for d in pair], batches, threads=1,
-                            repeats=args.repeats)["models"]
-    rows = []
-    for i, (run, other) in enumerate(matched):
-        mine, theirs = timed[2 * i], timed[2 * i + 1]
-        s, t = R.read_summary(run), R.read_summary(other)
-        rows.append({"name": run.name, "set": set_name(run), "acc": s["test_metric"],
-                     "acc_against": t["test_metric"], "macs": s["macs"],
-                     "macs_against": t["macs"],
-                     "ms": {b: mine["median_ms"][str(b)] for b in batches},
-                     "ms_against": {b: theirs["median_ms"][str(b)] for b in batches}})
-    text = report(args, rows, batches, time.time() - start)
+    matched = pairs(args.runs, args.against)
+    try:  # every run read before any is exported: a damaged one is one line, nothing written
+        rows = []
+        for run, other in matched:
+            s, t = R.read_summary(run), R.read_summary(other)
+            rows.append({"name": run.name, "set": set_name(run), "acc": s["test_metric"],
+                         "acc_against": t["test_metric"], "macs": s["macs"],
+                         "macs_against": t["macs"]})
+        export_missing([d for pair in matched for d in pair])
+        timed = measure_exports([d for pair in matched for d in pair], batches, threads=1,
+                                repeats=args.repeats)
+    except (ValueError, OSError, KeyError, InputError, ExportError, VerificationError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for i, row in enumerate(rows):
+        mine, theirs = timed["models"][2 * i], timed["models"][2 * i + 1]
+        row["ms"] = {b: mine["median_ms"][str(b)] for b in batches}
+        row["ms_against"] = {b: theirs["median_ms"][str(b)] for b in batches}
+    text = report(args, rows, batches, timed["environment"], time.time() - start)
     print(text)
     if args.results:
         args.results.write_text(text)

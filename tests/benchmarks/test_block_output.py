@@ -46,6 +46,21 @@ def test_two_variants_side_by_side(tmp_path):
     assert [float(c) for c in cells[7:]] == pytest.approx([ms[0] / ms[1], ms[2] / ms[3]],
                                                           abs=0.006)
     assert "ArrowHead" not in text
+    (mean,) = [line for line in text.splitlines() if line.startswith("| mean over the sets |")]
+    assert mean.strip("|").split("|")[6:] == set_row.strip("|").split("|")[6:9]  # one set
+
+
+def test_a_damaged_run_is_one_line_before_anything_is_exported(tmp_path):
+    for side in ("a", "b"):
+        run = tmp_path / side / "ucr-GunPoint-KRWD-s0"
+        run.mkdir(parents=True)
+        (run / R.SUMMARY).write_text("{not json")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--runs", str(tmp_path / "a"),
+                           "--against", str(tmp_path / "b")], capture_output=True, text=True,
+                          env=env(), timeout=120)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ")
+    assert len(proc.stderr.strip().splitlines()) == 1 and "summary.json" in proc.stderr
+    assert not (tmp_path / "a" / "ucr-GunPoint-KRWD-s0" / R.EXPORT).exists()
 
 
 def test_runs_without_counterparts_are_one_error(tmp_path):
