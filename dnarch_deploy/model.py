@@ -819,6 +819,27 @@ class DNArch(nn.Module):
     def run(self, x: Tensor, plan: Plan, kernels: list[Tensor] | None = None) -> Tensor:
         """Forward pass for a given plan: (B, C_in, *S) -> (B, classes) or (B, C_out, *S).
         ``kernels``: the plan's kernels when the caller has them (:meth:`kernels`)."""
+        h = self.trunk(x, plan, kernels)
+        s = plan.stream
+        if self.config.dense:
+            y = _pointwise(h, self.dec_w[:, :s], self.dec_b)  # (B, C_out, *S)
+            shape = (1, -1) + (1,) * (y.dim() - 2)
+            return y * self.output_std.view(shape) + self.output_mean.view(shape)
+        mean, *maximum = self.pooled(h)
+        y = F.linear(mean, self.dec_w[:, :s], self.dec_b)  # (B, classes)
+        if maximum:
+            y = y + F.linear(maximum[0], self.dec_w_max[:, :s])
+        return y
+
+    def pooled(self, h: Tensor) -> list[Tensor]:
+        """The global decoder's inputs: the trunk's output reduced over positions, one (B, s)
+        tensor per reduction of ``config.pooling`` (the mean, then the maximum)."""
+        h = h.flatten(2)
+        return [h.mean(-1) if r == "mean" else h.amax(-1) for r in self.config.pooling]
+
+    def trunk(self, x: Tensor, plan: Plan, kernels: list[Tensor] | None = None) -> Tensor:
+        """Everything before the decoder: (B, C_in, *S) -> the stream after the last block,
+        (B, plan.stream, *S)."""
         if self.embed is not None:
             x = self.embed(x).movedim(-1, 1)  # (B, *S) ids -> (B, C_in, *S)
         elif self.config.input_norm == "sample":
@@ -834,15 +855,7 @@ class DNArch(nn.Module):
             kernels = self.kernels(plan)
         for p, kernel in zip(plan.blocks, kernels, strict=True):
             h = self.blocks[p.index](h, p, kernel)
-        if self.config.dense:
-            y = _pointwise(h, self.dec_w[:, :s], self.dec_b)  # (B, C_out, *S)
-            shape = (1, -1) + (1,) * (y.dim() - 2)
-            return y * self.output_std.view(shape) + self.output_mean.view(shape)
-        h = h.flatten(2)
-        y = F.linear(h.mean(-1), self.dec_w[:, :s], self.dec_b)  # (B, classes)
-        if "max" in self.config.pooling:
-            y = y + F.linear(h.amax(-1), self.dec_w_max[:, :s])
-        return y
+        return h
 
     def sample_eps(self) -> Tensor:
         """The variance floor of input_norm="sample": (sample_floor x the training set's

@@ -457,6 +457,11 @@ def test_the_global_decoder_reads_the_mean_and_the_maximum(pool):
     else:
         assert not hasattr(model, "dec_w_max")
     torch.testing.assert_close(y, expected, rtol=1e-12, atol=1e-12)
+    with torch.no_grad():  # trunk and pooled are that h and its reductions, in the head's order
+        trunk = model.trunk(x, model.plan())
+    torch.testing.assert_close(trunk.flatten(2), h, rtol=0, atol=0)
+    reductions = [h.mean(-1)] + ([h.amax(-1)] if pool == "avgmax" else [])
+    torch.testing.assert_close(model.pooled(trunk), reductions, rtol=0, atol=0)
 
 
 def test_pool_must_be_known():

@@ -1,0 +1,141 @@
+"""Is a trained run limited by its features or by its head? Refit the head by ridge and see.
+
+MiniRocket classifies its pooled features with a ridge classifier fitted on train + val. This
+takes finished classification runs (any `search.run` output, e.g. `benchmarks/ucr_quality.py`'s
+``--out``), builds the network export ships (BatchNorm calibrated on the training inputs,
+:func:`dnarch_deploy.calibration.calibrate`), reads the pooled features its linear head reads
+(:meth:`DNArch.pooled`) on every split, and fits sklearn's ``RidgeClassifierCV`` (standardised
+features, leave-one-out choice of the penalty) on the training split, then on train + val. Per
+run: test accuracy of the shipped head and of both refits; per set, mean ± std over the runs.
+A refit that lifts accuracy says the features held more than the trained head used; one that
+does not says the features are the limit. A refit head is a linear map on the same features, so
+export could ship it exactly; this script only measures.
+
+    python benchmarks/ridge_head.py RUN_DIR [RUN_DIR ...] --results FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+for path in (ROOT, ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from search_quality import fmt  # noqa: E402
+
+from dnarch_deploy import rundir as R  # noqa: E402
+
+ALPHAS = np.logspace(-3, 3, 13)  # ridge penalties tried by leave-one-out
+
+
+@torch.no_grad()
+def pooled_features(model, x: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+    """(the features the head reads, (N, reductions x stream), the model's logits from them)."""
+    plan = model.plan()
+    features = torch.cat(model.pooled(model.trunk(x, plan)), dim=1)
+    s = plan.stream
+    weight = torch.cat([model.dec_w[:, :s]] + ([model.dec_w_max[:, :s]]
+                                               if len(model.config.pooling) > 1 else []), dim=1)
+    return features.numpy(), torch.nn.functional.linear(features, weight, model.dec_b)
+
+
+def ridge_accuracy(x_fit, y_fit, x_test, y_test) -> float:
+    from sklearn.linear_model import RidgeClassifierCV
+    from sklearn.preprocessing import StandardScaler
+
+    scale = StandardScaler().fit(x_fit)
+    clf = RidgeClassifierCV(alphas=ALPHAS).fit(scale.transform(x_fit), y_fit)
+    return float(clf.score(scale.transform(x_test), y_test))
+
+
+def refit(run_dir: Path) -> dict:
+    """One run's shipped and ridge test accuracies (module doc)."""
+    from dnarch_deploy.calibration import calibrate, task_batches
+    from search.train import split_tensors
+
+    run = R.load_run(run_dir)
+    if run.task.kind != "classification" or run.model.config.dense:
+        raise ValueError(f"{run_dir}: not a classification run (task {run.config['task']})")
+    model = calibrate(copy.deepcopy(run.model), task_batches(run.task.x_train),
+                      show_progress=False)
+    splits = {}
+    for split in ("train", "val", "test"):
+        data = split_tensors(run.task, split)
+        features, logits = pooled_features(model, data.x)
+        # the features are what the shipped head reads: its logits, recomputed from them
+        torch.testing.assert_close(logits, model(data.x), rtol=1e-4, atol=1e-4)
+        splits[split] = (features, data.y.numpy(), logits.argmax(1).numpy())
+    (x_tr, y_tr, _), (x_va, y_va, _), (x_te, y_te, shipped) = splits.values()
+    return {"name": run_dir.name, "set": run.config["task"],
+            "shipped": float((shipped == y_te).mean()),
+            "train": ridge_accuracy(x_tr, y_tr, x_te, y_te),
+            "train_val": ridge_accuracy(np.concatenate([x_tr, x_va]),
+                                        np.concatenate([y_tr, y_va]), x_te, y_te)}
+
+
+def report(rows: list[dict], seconds: float) -> str:
+    import sklearn
+
+    from dnarch_deploy.latency import cpu_model
+
+    lines = [
+        "# The head refit by ridge on the shipped network's pooled features",
+        "",
+        f"Command: `python benchmarks/ridge_head.py {shlex.join(sys.argv[1:])}`  ",
+        f"Machine: {platform.machine()} ({cpu_model()}); Python {platform.python_version()}, torch "
+        f"{torch.__version__}, scikit-learn {sklearn.__version__}; {seconds:.0f} s wall.  ",
+        "Test accuracy, mean ± std over the runs of each set: the shipped head (summary.json's "
+        "figure), and `RidgeClassifierCV` on the standardised pooled features of the training "
+        "split, then of train + val.",
+        "",
+        "| set | runs | shipped head | ridge, train | ridge, train + val |",
+        "|---|---|---|---|---|",
+    ]
+    by_set: dict[str, list[dict]] = {}
+    for row in rows:
+        by_set.setdefault(row["set"], []).append(row)
+    for name, group in by_set.items():
+        lines.append(f"| {name} | {len(group)} | "
+                     + " | ".join(fmt([r[k] for r in group])
+                                  for k in ("shipped", "train", "train_val")) + " |")
+    lines += ["", "| run | set | shipped head | ridge, train | ridge, train + val |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {r['name']} | {r['set']} | {r['shipped']:.3f} | {r['train']:.3f} | "
+              f"{r['train_val']:.3f} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    p.add_argument("--results", type=Path, help="also write the table here (markdown)")
+    args = p.parse_args(argv)
+    start = time.time()
+    try:  # every run checked before any work: a wrong path is one line
+        run_dirs = [R.check_run_dir(d) for d in args.run_dirs]
+        if unfinished := [d for d in run_dirs if not (d / R.SUMMARY).is_file()]:
+            raise R.RunError(f"{unfinished[0]}: no summary.json (the run has not finished)")
+        rows = [refit(d) for d in run_dirs]
+    except (R.RunError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    text = report(rows, time.time() - start)
+    print(text)
+    if args.results:
+        args.results.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

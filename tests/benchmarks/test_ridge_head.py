@@ -1,0 +1,75 @@
+"""benchmarks/ridge_head.py on a tiny trained run, through the command line: the shipped head's
+accuracy is summary.json's, the refits' are accuracies on the test split, the table is written
+as printed; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from dnarch_deploy import rundir as R
+from search.tasks import load_task
+
+from ..search.conftest import TINY, env, run_search
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "ridge_head.py"
+
+
+def ridge_head(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          env=env(), timeout=600)
+
+
+def test_a_run_refit_beside_its_shipped_head(tmp_path):
+    run = tmp_path / "gp"
+    run_search(*TINY, "--out", str(run))
+    results = tmp_path / "table.md"
+    proc = ridge_head(str(run), "--results", str(results))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = results.read_text()
+    assert text == proc.stdout.rstrip("\n") + "\n"
+    (row,) = [line for line in text.splitlines() if line.startswith("| gp |")]
+    name, task, shipped, train, train_val = [c.strip() for c in row.strip("|").split("|")]
+    assert task == "ucr:GunPoint"
+    # the features reproduce the shipped network's logits (the script checks), so its head
+    # scores what search.run reported
+    assert shipped == f"{R.read_summary(run)['test_metric']:.3f}"
+    assert all(0 <= float(v) <= 1 for v in (train, train_val))
+    (set_row,) = [line for line in text.splitlines() if line.startswith("| ucr:GunPoint |")]
+    assert set_row.split("|")[2].strip() == "1"  # one run
+
+    # The refit learns from the features, not from the head: with the head zeroed the shipped
+    # network predicts class 0 everywhere, and the same features refit score far above that.
+    headless = tmp_path / "headless"
+    shutil.copytree(run, headless)
+    for weights in (headless / R.LAST_WEIGHTS, headless / R.BEST_WEIGHTS):
+        if weights.exists():
+            state = load_file(str(weights))
+            save_file({k: torch.zeros_like(v) if k.startswith("dec_") else v
+                       for k, v in state.items()}, str(weights))
+    proc = ridge_head(str(headless))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = [line for line in proc.stdout.splitlines() if line.startswith("| headless |")]
+    shipped, train, train_val = (float(c) for c in row.strip("|").split("|")[2:])
+    y_test = load_task("ucr:GunPoint", seed=0).y_test
+    assert shipped == round(float((y_test == 0).mean()), 3)
+    assert min(train, train_val) > shipped + 0.15
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    missing = ridge_head(str(tmp_path / "nowhere"))
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == f"error: {tmp_path / 'nowhere'}: run directory not found"
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / R.CONFIG).write_text("{}")
+    proc = ridge_head(str(unfinished), "--results", str(tmp_path / "t.md"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: {unfinished}: no summary.json (the run has not finished)"
+    assert not (tmp_path / "t.md").exists()
