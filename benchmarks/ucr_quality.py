@@ -76,6 +76,11 @@ def plan_runs(out: Path, tasks: list[str], seeds: int, variants: list[str],
     return runs
 
 
+# MiniRocket's classifier: RidgeClassifierCV choosing its penalty by leave-one-out among
+# np.logspace(*RIDGE_PENALTIES) (benchmarks/ridge_head.py fits the same on a run's features)
+RIDGE_PENALTIES = (-3, 3, 10)
+
+
 def minirocket(task_name: str, seed: int) -> tuple[float, float]:
     """(test accuracy, seconds) of MiniRocket + RidgeClassifierCV, fitted on train + val."""
     import numpy as np
@@ -90,7 +95,7 @@ def minirocket(task_name: str, seed: int) -> tuple[float, float]:
     t0 = time.perf_counter()
     transform = MiniRocketMultivariate(random_state=seed)
     features = transform.fit_transform(x)
-    ridge = RidgeClassifierCV(alphas=np.logspace(-3, 3, 10)).fit(features, y)
+    ridge = RidgeClassifierCV(alphas=np.logspace(*RIDGE_PENALTIES)).fit(features, y)
     accuracy = float(ridge.score(transform.transform(task.x_test.astype(np.float64)),
                                  task.y_test))
     return accuracy, time.perf_counter() - t0

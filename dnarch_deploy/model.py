@@ -825,17 +825,21 @@ class DNArch(nn.Module):
             y = _pointwise(h, self.dec_w[:, :s], self.dec_b)  # (B, C_out, *S)
             shape = (1, -1) + (1,) * (y.dim() - 2)
             return y * self.output_std.view(shape) + self.output_mean.view(shape)
-        mean, *maximum = self.pooled(h)
-        y = F.linear(mean, self.dec_w[:, :s], self.dec_b)  # (B, classes)
-        if maximum:
-            y = y + F.linear(maximum[0], self.dec_w_max[:, :s])
-        return y
+        return self.head(self.pooled(h))
 
     def pooled(self, h: Tensor) -> list[Tensor]:
         """The global decoder's inputs: the trunk's output reduced over positions, one (B, s)
         tensor per reduction of ``config.pooling`` (the mean, then the maximum)."""
         h = h.flatten(2)
         return [h.mean(-1) if r == "mean" else h.amax(-1) for r in self.config.pooling]
+
+    def head(self, pooled: list[Tensor]) -> Tensor:
+        """The global decoder's linear head on :meth:`pooled`'s reductions: (B, classes)."""
+        s = pooled[0].shape[1]
+        y = F.linear(pooled[0], self.dec_w[:, :s], self.dec_b)
+        if len(pooled) > 1:  # the maximum's own weights
+            y = y + F.linear(pooled[1], self.dec_w_max[:, :s])
+        return y
 
     def trunk(self, x: Tensor, plan: Plan, kernels: list[Tensor] | None = None) -> Tensor:
         """Everything before the decoder: (B, C_in, *S) -> the stream after the last block,

@@ -462,6 +462,7 @@ def test_the_global_decoder_reads_the_mean_and_the_maximum(pool):
     torch.testing.assert_close(trunk.flatten(2), h, rtol=0, atol=0)
     reductions = [h.mean(-1)] + ([h.amax(-1)] if pool == "avgmax" else [])
     torch.testing.assert_close(model.pooled(trunk), reductions, rtol=0, atol=0)
+    torch.testing.assert_close(model.head(model.pooled(trunk)), y, rtol=0, atol=0)
 
 
 def test_pool_must_be_known():
