@@ -86,6 +86,23 @@ def standardise(x: Tensor, eps: Tensor) -> Tensor:
     centred = x - x.mean(dims, keepdim=True)
     var = (centred * centred).mean(dims, keepdim=True)
     return centred / torch.sqrt(var + eps.view(1, -1, *([1] * len(dims))))
+
+def pool(h: Tensor, reductions: list[str]) -> list[Tensor]:
+    """(B, s, *S) -> one (B, s) tensor per reduction over the positions: "mean" or "max"."""
+    h = h.flatten(2)
+    return [h.mean(-1) if r == "mean" else h.amax(-1) for r in reductions]
+
+
+def linear_head(pooled: list[Tensor], weight: Tensor, bias: Tensor,
+                weight_max: Tensor | None = None) -> Tensor:
+    """The global decoder's linear head on :func:`pool`'s (mean[, max]): (B, classes). The
+    maximum has weights of its own, ``weight_max``."""
+    y = F.linear(pooled[0], weight, bias)
+    if len(pooled) > 1:
+        y = y + F.linear(pooled[1], weight_max)
+    return y
+
+
 # Sane limits, checked before anything is allocated (the paper's largest base network is
 # CCNN_{6,380}; the search instantiates up to 2D blocks of 2H channels). A 10^9-class head or a
 # width of 5000 would otherwise fail deep inside the allocator.
@@ -830,16 +847,13 @@ class DNArch(nn.Module):
     def pooled(self, h: Tensor) -> list[Tensor]:
         """The global decoder's inputs: the trunk's output reduced over positions, one (B, s)
         tensor per reduction of ``config.pooling`` (the mean, then the maximum)."""
-        h = h.flatten(2)
-        return [h.mean(-1) if r == "mean" else h.amax(-1) for r in self.config.pooling]
+        return pool(h, self.config.pooling)
 
     def head(self, pooled: list[Tensor]) -> Tensor:
         """The global decoder's linear head on :meth:`pooled`'s reductions: (B, classes)."""
         s = pooled[0].shape[1]
-        y = F.linear(pooled[0], self.dec_w[:, :s], self.dec_b)
-        if len(pooled) > 1:  # the maximum's own weights
-            y = y + F.linear(pooled[1], self.dec_w_max[:, :s])
-        return y
+        w_max = self.dec_w_max[:, :s] if len(pooled) > 1 else None
+        return linear_head(pooled, self.dec_w[:, :s], self.dec_b, w_max)
 
     def trunk(self, x: Tensor, plan: Plan, kernels: list[Tensor] | None = None) -> Tensor:
         """Everything before the decoder: (B, C_in, *S) -> the stream after the last block,

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dnarch_deploy import Architecture, DNArch, describe
-from dnarch_deploy.model import Norm, Plan, standardise
+from dnarch_deploy.model import Norm, Plan, linear_head, pool, standardise
 from dnarch_deploy.operators import conv_period
 from dnarch_deploy.spectral import direct_conv, fft_conv, masked_kernel, resample
 
@@ -194,11 +194,7 @@ class Decoder(nn.Module):
             h = self.spectrum(h, start, positions)
         if self.dense:
             return pointwise(h, self.weight, self.bias)
-        h = h.flatten(2)
-        y = F.linear(h.mean(-1), self.weight, self.bias)  # (B, C_out)
-        if self.weight_max is not None:
-            y = y + F.linear(h.amax(-1), self.weight_max)
-        return y
+        return linear_head(pool(h, self.pooling), self.weight, self.bias, self.weight_max)
 
 
 class StaticNet(nn.Module):
