@@ -87,6 +87,7 @@ def standardise(x: Tensor, eps: Tensor) -> Tensor:
     var = (centred * centred).mean(dims, keepdim=True)
     return centred / torch.sqrt(var + eps.view(1, -1, *([1] * len(dims))))
 
+
 def pool(h: Tensor, reductions: list[str]) -> list[Tensor]:
     """(B, s, *S) -> one (B, s) tensor per reduction over the positions: "mean" or "max"."""
     h = h.flatten(2)
