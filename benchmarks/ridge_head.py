@@ -12,9 +12,11 @@ as shipped), and of both refits; per set, mean ± std over the runs. A refit on 
 split that lifts accuracy says the features held more than the trained head used; on train + val
 the refit also has the 20 % more series the search held out. A refit that ties says this linear
 head, at least, finds no more in the features. A refit head is a linear map on the same
-features, so export could ship it exactly; this script only measures.
+features, so export could ship it exactly; this script only measures. With ``--blocks every``
+the refits read every block's output, each pooled as the head pools the last, concatenated: do
+the earlier blocks hold what the last one lost? (The trained head's column is unchanged.)
 
-    python benchmarks/ridge_head.py RUN_DIR [RUN_DIR ...] --results FILE
+    python benchmarks/ridge_head.py RUN_DIR [RUN_DIR ...] [--blocks every] --results FILE
 """
 
 from __future__ import annotations
@@ -43,10 +45,22 @@ from dnarch_deploy.tasks import TaskError  # noqa: E402
 
 
 @torch.no_grad()
-def pooled_features(model, x: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
-    """The features the head reads, (N, reductions x stream), and the head's logits on them."""
-    pooled = model.pooled(model.trunk(x, model.plan()))
-    return torch.cat(pooled, dim=1).numpy(), model.head(pooled)
+def pooled_features(model, x: torch.Tensor, every_block: bool = False
+                    ) -> tuple[np.ndarray, torch.Tensor]:
+    """The features the refits read and the trained head's logits. The features are the pooled
+    ones the head reads, (N, reductions x stream), or with ``every_block`` each block's output
+    pooled the same way, in block order, (N, blocks x reductions x stream): the last block's
+    are the trunk's output, so they end the row."""
+    outputs: list[torch.Tensor] = []
+    hooks = [b.register_forward_hook(lambda _m, _i, out: outputs.append(out))
+             for b in (model.blocks if every_block else [])]
+    try:
+        pooled = model.pooled(model.trunk(x, model.plan()))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    features = [r for h in outputs for r in model.pooled(h)] if every_block else pooled
+    return torch.cat(features, dim=1).numpy(), model.head(pooled)
 
 
 def ridge_accuracy(x_fit, y_fit, x_test, y_test) -> float:
@@ -72,7 +86,7 @@ def load_classification_run(run_dir: Path, allow_data_change: bool = False) -> R
     return run
 
 
-def refit(run: R.Run) -> dict:
+def refit(run: R.Run, every_block: bool = False) -> dict:
     """One run's shipped and ridge test accuracies (module doc)."""
     from dnarch_deploy.calibration import calibrate, task_batches
     from search.train import split_tensors
@@ -82,7 +96,7 @@ def refit(run: R.Run) -> dict:
     splits = {}
     for split in ("train", "val", "test"):
         data = split_tensors(run.task, split)
-        features, logits = pooled_features(model, data.x)  # what DNArch.run computes
+        features, logits = pooled_features(model, data.x, every_block)  # logits: DNArch.run's
         splits[split] = (features, data.y.numpy(), logits.argmax(1).numpy())
     (x_tr, y_tr, _), (x_va, y_va, _), (x_te, y_te, shipped) = splits.values()
     return {"name": run.path.name, "set": run.config["task"],
@@ -92,7 +106,7 @@ def refit(run: R.Run) -> dict:
                                         np.concatenate([y_tr, y_va]), x_te, y_te)}
 
 
-def report(rows: list[dict], seconds: float) -> str:
+def report(rows: list[dict], seconds: float, every_block: bool = False) -> str:
     import sklearn
 
     from dnarch_deploy.latency import cpu_model
@@ -104,8 +118,9 @@ def report(rows: list[dict], seconds: float) -> str:
         f"Machine: {platform.machine()} ({cpu_model()}); Python {platform.python_version()}, torch "
         f"{torch.__version__}, scikit-learn {sklearn.__version__}; {seconds:.0f} s wall.  ",
         "Test accuracy, mean ± std over the runs of each set: the trained head, as shipped, and "
-        "`RidgeClassifierCV` (MiniRocket's penalties) on the standardised pooled features of the "
-        "training split, then of train + val.",
+        "`RidgeClassifierCV` (MiniRocket's penalties) on the standardised pooled features "
+        + ("of every block's output, concatenated, " if every_block else "")
+        + "of the training split, then of train + val.",
         "",
         "| set | runs | trained head | ridge, train | ridge, train + val |",
         "|---|---|---|---|---|",
@@ -130,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, help="also write the table here (markdown)")
     p.add_argument("--allow-data-change", action="store_true",
                    help="refit runs whose task data changed since they were trained")
+    p.add_argument("--blocks", choices=("last", "every"), default="last",
+                   help="the refits read the pooled output of the last block (what the head "
+                        "reads, the default) or of every block, concatenated")
     args = p.parse_args(argv)
     start = time.time()
     try:  # every run and its data loaded before any refit: bad input is one line
@@ -137,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     except (R.RunError, TaskError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    text = report([refit(run) for run in runs], time.time() - start)
+    every_block = args.blocks == "every"
+    text = report([refit(run, every_block) for run in runs], time.time() - start, every_block)
     print(text)
     if args.results:
         args.results.write_text(text)

@@ -76,3 +76,28 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {unfinished}: no summary.json (the run has not finished)"
     assert not (tmp_path / "t.md").exists()
+
+
+def test_every_block_features_end_with_the_last_blocks(tmp_path):
+    """--blocks every: each block's output pooled as the head pools the trunk's, in block order;
+    the last block's output is the trunk's, so the head's own features end every row exactly,
+    and the logits are the trained head's either way."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import ridge_head as H
+
+    run_dir = tmp_path / "deep"
+    run_search("--task", "ucr:GunPoint", "--depth", "2", "--width", "4", "--batch-size", "8",
+               "--epochs", "2", "--eval-batch-size", "64", "--out", str(run_dir))
+    model = R.load_run(run_dir).model.eval()
+    x = load_task("ucr:GunPoint", seed=0).x_test[:16]
+    x = torch.as_tensor(x, dtype=torch.float32)
+    last, logits = H.pooled_features(model, x)
+    every, logits_every = H.pooled_features(model, x, every_block=True)
+    blocks = len(model.plan().blocks)
+    assert blocks >= 2
+    assert every.shape == (16, blocks * last.shape[1])
+    assert (every[:, -last.shape[1]:] == last).all()
+    assert not (every[:, : last.shape[1]] == last).all()  # the first block's differ
+    torch.testing.assert_close(logits_every, logits, rtol=0, atol=0)
+    torch.testing.assert_close(logits, model(x), rtol=1e-6, atol=1e-6)
+    assert model.blocks[0]._forward_hooks == {}  # the hooks are gone
