@@ -9,27 +9,24 @@ reports the medians of the whole run's wall time, its training time (summary.jso
 ``wall_seconds``), the process's system CPU time and its minor page faults. Results are
 identical either way (allocation does not touch the arithmetic).
 
-    python benchmarks/allocator.py --tasks ucr:OSULeaf mnist5k --steps 200 --reps 3
+    python -m benchmarks.allocator --tasks ucr:OSULeaf mnist5k --steps 200 --reps 3
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
-import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "allocator.md"
+from benchmarks import harness
+from benchmarks.harness import ROOT
 
 # one search in a fresh process; prints its figures as JSON on the last line
 CHILD = """
@@ -63,31 +60,11 @@ def run(mode: str, task: str, steps: int, out: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="+", default=["ucr:OSULeaf", "mnist5k"])
-    parser.add_argument("--steps", type=int, default=200, help="optimiser steps per search")
-    parser.add_argument("--reps", type=int, default=3, help="runs per task and mode")
-    parser.add_argument("--out", default=str(RESULTS))
-    opt = parser.parse_args(argv)
-    if platform.libc_ver()[0] != "glibc":
-        raise SystemExit("error: keep_freed_memory sets glibc's malloc: glibc only")
-    rows = {}
-    with tempfile.TemporaryDirectory() as tmp, \
-            tqdm(total=len(opt.tasks) * opt.reps * 2, desc="allocator") as bar:
-        for task in opt.tasks:
-            for rep in range(opt.reps):
-                for mode in ("on", "off"):  # in turns: load drifts hit both alike
-                    out = Path(tmp) / f"{task.replace(':', '-')}-{mode}-{rep}"
-                    rows.setdefault((task, mode), []).append(run(mode, task, opt.steps, out))
-                    bar.update(1)
-    command = shlex.join(["python", "benchmarks/allocator.py", *(sys.argv[1:] if argv is None
-                                                                  else argv)])
+def report(opt, rows: dict, argv: list[str]) -> str:
     lines = ["# Keeping freed memory in the process: a search with and without", "",
-             f"`{command}`: medians of {opt.reps} runs per task and mode, in turns, one thread, "
-             f"nothing else running. Machine: {platform.processor() or platform.machine()}, "
-             f"{os.cpu_count()} cores; python {platform.python_version()}, torch "
-             f"{torch.__version__}, {' '.join(platform.libc_ver())}.", "",
+             *harness.header(__file__, argv, versions_note=f", {' '.join(platform.libc_ver())}"),
+             f"Medians of {opt.reps} runs per task and mode, in turns, one thread, nothing else "
+             "running.", "",
              "| task | keep freed memory | run s | training s | system CPU s | page faults "
              "| test metric | run / without |",
              "|---|---|---|---|---|---|---|---|"]
@@ -103,10 +80,28 @@ def main(argv=None) -> None:
             lines.append(f"| {task} | {'yes' if mode == 'on' else 'no'} | {med('wall'):.1f} | "
                          f"{med('train'):.1f} | {med('sys'):.2f} | {med('faults'):.0f} | "
                          f"{', '.join(map(str, metrics))} | {med('wall') / without:.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    Path(opt.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(opt.out).write_text(text)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = harness.parser(__doc__)
+    parser.add_argument("--tasks", nargs="+", default=["ucr:OSULeaf", "mnist5k"])
+    parser.add_argument("--steps", type=int, default=200, help="optimiser steps per search")
+    parser.add_argument("--reps", type=int, default=3, help="runs per task and mode")
+    harness.add_report(parser, __file__)
+    opt = parser.parse_args(argv)
+    if platform.libc_ver()[0] != "glibc":
+        raise SystemExit("error: keep_freed_memory sets glibc's malloc: glibc only")
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp, \
+            tqdm(total=len(opt.tasks) * opt.reps * 2, desc="allocator") as bar:
+        for task in opt.tasks:
+            for rep in range(opt.reps):
+                for mode in ("on", "off"):  # in turns: load drifts hit both alike
+                    out = Path(tmp) / f"{task.replace(':', '-')}-{mode}-{rep}"
+                    rows.setdefault((task, mode), []).append(run(mode, task, opt.steps, out))
+                    bar.update(1)
+    harness.publish(report(opt, rows, harness.arguments(argv)), opt.out)
 
 
 if __name__ == "__main__":

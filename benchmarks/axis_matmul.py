@@ -15,29 +15,21 @@ median ms of each, left / transposed (> 1: the transposed form is faster), and w
 against :func:`dnarch_deploy.spectral.resample`; the forms of a row are timed in turns in one
 process.
 
-    python benchmarks/axis_matmul.py            # every case
-    python benchmarks/axis_matmul.py --quick    # fewer cases and repeats
+    python -m benchmarks.axis_matmul            # every case
+    python -m benchmarks.axis_matmul --quick    # fewer cases and repeats
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
-import shlex
-import sys
-from pathlib import Path
-
 import numpy as np
-import onnxruntime
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dnarch_deploy.spectral import resample, resample_matrix  # noqa: E402
-from export.emit import to_onnx  # noqa: E402
-from export.resampling import TRANSPOSE_ROWS_BELOW, AxisMatMul  # noqa: E402
-from export.timing import batch_sizes, measure, progress, runner, session  # noqa: E402
+from benchmarks import harness
+from dnarch_deploy.progress import bar
+from dnarch_deploy.spectral import resample, resample_matrix
+from export.emit import to_onnx
+from export.resampling import TRANSPOSE_ROWS_BELOW, AxisMatMul
+from export.timing import measure, runner, session
 
 # (n, size, W): down- and upsampling of square images from digits' 8x8 to 64x64, and the first
 # axis of a tall image with short rows
@@ -67,26 +59,20 @@ def timed(n, size, rows, batch, threads, repeats):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="two cases, fewer repeats")
-    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
-    parser.add_argument("--batches", type=batch_sizes, default="1,32",
-                        help="batch sizes, comma-separated")
-    parser.add_argument("--repeats", type=int, default=60, help="timed calls per form (medians)")
+    parser = harness.parser(__doc__)
+    harness.add_onnxruntime(parser, repeats=60, quick="two cases, fewer repeats")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     batches = args.batches
     repeats = min(args.repeats, 20) if args.quick else args.repeats
     cases = [(*c, b) for c in (QUICK if args.quick else CASES) for b in batches]
-    flags = sys.argv[1:] if argv is None else argv
-    print(f"$ {shlex.join(['python', 'benchmarks/axis_matmul.py', *flags])}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
-          f"python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
-          f"{onnxruntime.__version__}; {args.threads} onnxruntime thread(s), {CHANNELS} channels, "
-          f"median of {repeats} calls, the forms of a row in turns\n")
+    harness.print_header(
+        __file__, harness.arguments(argv), harness.ORT,
+        machine_note=f"; {args.threads} onnxruntime thread(s), {CHANNELS} channels, median of "
+        f"{repeats} calls, the forms of a row in turns")
     rows = ["| n -> size | row length W | batch | left ms | transposed ms | left / transposed | "
             "shipped |", "|---|---|---|---|---|---|---|"]
-    for n, size, w, b in progress(cases, desc="cases"):
+    for n, size, w, b in bar(cases, desc="cases"):
         left, transposed = timed(n, size, w, b, args.threads, repeats)
         shipped = "transposed" if w < TRANSPOSE_ROWS_BELOW else "left"
         rows.append(f"| {n} -> {size} | {w} | {b} | {left:.4f} | {transposed:.4f} | "

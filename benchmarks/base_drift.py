@@ -11,34 +11,24 @@ per call, the base's measured milliseconds, the machine's speed against the tabl
 in the table's time, at batches 1 and 32, with each column's spread (max / min). The table's
 own prediction of the base is printed beside them.
 
-    python benchmarks/base_drift.py --task ucr:GunPoint --calls 5
+    python -m benchmarks.base_drift --task ucr:GunPoint --calls 5
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
-import shlex
-import sys
 import time
-from pathlib import Path
 
-import onnxruntime
 import torch
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks import harness
+from dnarch_deploy.cost import Units, base_cost
+from dnarch_deploy.latency import load_table
+from export.base_latency import PROBES, base_in_table_time
+from search.config import parse_args
+from search.resolve import model_config
+from search.tasks import TaskError, load_task
 
-from dnarch_deploy.cost import Units, base_cost  # noqa: E402
-from dnarch_deploy.latency import load_table  # noqa: E402
-from export.base_latency import PROBES, base_in_table_time  # noqa: E402
-from search.config import parse_args  # noqa: E402
-from search.tasks import TaskError, load_task  # noqa: E402
-from search.train import model_config  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "base_drift.md"
 BATCHES = [1, 32]
 
 
@@ -46,12 +36,37 @@ def spread(values: list[float]) -> str:
     return f"{max(values) / min(values):.2f}"
 
 
+def report(opt, mcfg, table, rows: dict, argv: list[str]) -> str:
+    """The report: per probe, each call's figures and each column's spread."""
+    predicted = [base_cost(mcfg, Units(table, b)) for b in BATCHES]
+    lines = [f"# The base's time, measured and in the latency table's time: {opt.task}", "",
+             *harness.header(__file__, argv, harness.ORT, machine_note="; one thread"),
+             f"{opt.calls} calls of export.base_latency.base_in_table_time with each probe "
+             f"({', '.join(PROBES)}) in turn, {opt.gap:g} s apart; latency table {table.source} "
+             f"(measured {table.header.get('date', '?')}). The table predicts the base at "
+             f"{predicted[0]:.4g} / {predicted[1]:.4g} ms (batch 1 / 32)."]
+    for probe in PROBES:
+        lines += ["", f"Probe `{probe}`:", "",
+                  "| call | measured ms B=1 / B=32 | speed against the table B=1 / B=32 "
+                  "| in the table's time, ms B=1 / B=32 |", "|---|---|---|---|"]
+        for i, r in enumerate(rows[probe]):
+            m, v, t = r["measured_ms"], r["speed"], r["base_ms"]
+            lines.append(f"| {i} | {m[0]:.4g} / {m[1]:.4g} | {v[0]:.2f} / {v[1]:.2f} | "
+                         f"{t[0]:.4g} / {t[1]:.4g} |")
+        col = {k: list(zip(*(r[k] for r in rows[probe])))
+               for k in ("measured_ms", "speed", "base_ms")}
+        lines.append("| spread (max / min) | " + " | ".join(
+            f"{spread(col[k][0])} / {spread(col[k][1])}"
+            for k in ("measured_ms", "speed", "base_ms")) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--task", default="ucr:GunPoint")
     parser.add_argument("--calls", type=int, default=5, help="measurements, one after another")
     parser.add_argument("--gap", type=float, default=0.0, help="seconds between calls")
-    parser.add_argument("--out", default=str(RESULTS))
+    harness.add_report(parser, __file__)
     opt = parser.parse_args(argv)
     if opt.calls < 1 or opt.gap < 0:
         parser.error(f"--calls must be >= 1 and --gap >= 0, got {opt.calls} and {opt.gap}")
@@ -68,34 +83,7 @@ def main(argv=None) -> None:
             time.sleep(opt.gap)
         for probe in PROBES:  # in turns, so that both see the same hours
             rows[probe].append(base_in_table_time(mcfg, BATCHES, table, probe=probe))
-    predicted = [base_cost(mcfg, Units(table, b)) for b in BATCHES]
-    command = shlex.join(["python", "benchmarks/base_drift.py",
-                          *(sys.argv[1:] if argv is None else argv)])
-    lines = [f"# The base's time, measured and in the latency table's time: {opt.task}", "",
-             f"`{command}`: {opt.calls} calls of export.base_latency.base_in_table_time with "
-             f"each probe ({', '.join(PROBES)}) in turn, {opt.gap:g} s apart, one thread. "
-             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-             f"python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
-             f"{onnxruntime.__version__}; latency table {table.source} (measured "
-             f"{table.header.get('date', '?')}). The table predicts the base at "
-             f"{predicted[0]:.4g} / {predicted[1]:.4g} ms (batch 1 / 32)."]
-    for probe in PROBES:
-        lines += ["", f"Probe `{probe}`:", "",
-                  "| call | measured ms B=1 / B=32 | speed against the table B=1 / B=32 "
-                  "| in the table's time, ms B=1 / B=32 |", "|---|---|---|---|"]
-        for i, r in enumerate(rows[probe]):
-            m, v, t = r["measured_ms"], r["speed"], r["base_ms"]
-            lines.append(f"| {i} | {m[0]:.4g} / {m[1]:.4g} | {v[0]:.2f} / {v[1]:.2f} | "
-                         f"{t[0]:.4g} / {t[1]:.4g} |")
-        col = {k: list(zip(*(r[k] for r in rows[probe])))
-               for k in ("measured_ms", "speed", "base_ms")}
-        lines.append("| spread (max / min) | " + " | ".join(
-            f"{spread(col[k][0])} / {spread(col[k][1])}"
-            for k in ("measured_ms", "speed", "base_ms")) + " |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    Path(opt.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(opt.out).write_text(text)
+    harness.publish(report(opt, mcfg, table, rows, harness.arguments(argv)), opt.out)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ onnxruntime latency measured in one session at batch 1 and 32. Then, from every 
 - Tables 4-6: every model's means, its metric per seed, and each searched network's architecture
   and whether its run restarted (from its run directory).
 
-    python benchmarks/budget_honesty.py                   # the full run (README's table)
-    python benchmarks/budget_honesty.py --report-only     # the tables from OUT's sweeps again
-    python benchmarks/budget_honesty.py --tasks ucr:GunPoint --seeds 1 --budgets 0.5,1 \\
+    python -m benchmarks.budget_honesty                   # the full run (README's table)
+    python -m benchmarks.budget_honesty --report-only     # the tables from OUT's sweeps again
+    python -m benchmarks.budget_honesty --tasks ucr:GunPoint --seeds 1 --budgets 0.5,1 \\
         --base-grid 32x4,16x4 --jobs 1 --out /tmp/bh --results /tmp/bh.md --steps 30   # smoke
 
 Flags this script does not know go to the sweep (``--repeats 50``, ``--export-flags=...``) and
@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import os
-import re
 import shlex
 import statistics
 import subprocess
@@ -41,20 +40,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "benchmarks"):
-    if str(path) not in sys.path:  # `python benchmarks/budget_honesty.py` from the repository
-        sys.path.insert(0, str(path))
+from benchmarks import harness
+from benchmarks.harness import ROOT, code_state, fmt, slug
+from benchmarks.search_quality import describe_arch
+from dnarch_deploy import sweepdir as S
+from dnarch_deploy.rundir import RunError, read_json
+from search import sweep
+from search.config import parse_args
+from search.pareto import against_base_front, mean_points
 
-from search_quality import code_state, describe_arch, fmt  # noqa: E402
-
-from dnarch_deploy import sweepdir as S  # noqa: E402
-from dnarch_deploy.rundir import RunError, read_json  # noqa: E402
-from search import sweep  # noqa: E402
-from search.config import parse_args  # noqa: E402
-from search.pareto import against_base_front, mean_points  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "budget_honesty.md"
 TASKS = ["ucr:GunPoint", "ucr:ArrowHead", "digits"]  # 1-D, 1-D, 2-D (8x8): the cheap ones
 # the base family: search.sweep's auto grid at these budgets (widths H * sqrt(c) at depth D, and
 # H at D/2), and H/2 and H/4 at D/2. On GunPoint (CCNN_{4,32}) their onnxruntime latency at
@@ -68,10 +62,6 @@ COMPARED = (0.25, 0.5)  # the budgets of table 2 and of the accuracy target
 WINS_NEEDED = 2  # target: wins at equal latency on >= 2 of 3 tasks, at each compared budget
 # flags of the sweep this script sets itself (or that would make it do something else)
 OWN = ("--task", "--resume", "--emit-jobs", "--job")
-
-
-def slug(task: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", task).strip("-")
 
 
 def family(search_flags: list[str], task: str) -> str:
@@ -103,12 +93,13 @@ def beside() -> list[str]:
     return busy[:5]
 
 
-def run_sweeps(args, rest: list[str], invocations: list[dict], log: Path) -> list[str]:
+def run_sweeps(args, rest: list[str], invocations: list[dict], log: Path,
+               argv: list[str]) -> list[str]:
     """One search.sweep per task, one after the other (each trains --jobs models at a time),
     this invocation recorded in ``log`` (invocations.json) after each; the tasks that failed."""
     _, _, search_flags = sweep.parse(rest)
-    record = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "command": command(), "code": code_state(), "tasks": {}}
+    record = {"started": harness.utc(), "command": harness.command(__file__, argv),
+              "code": code_state(), "tasks": {}}
     invocations.append(record)
     failed = []
     for i, task in enumerate(args.tasks, 1):
@@ -396,16 +387,12 @@ def targets(checks: list[bool | None], verdicts: dict[float, dict[str, str | Non
             + (f"; no base point at equal latency on {', '.join(none)}" if none else "")
             + f"){scale}.")
     lines += ["- The training step not slower by more than 5 % at the base size: not measured "
-              "here (`benchmarks/model_step.py`).",
+              "here (`python -m benchmarks.model_step`).",
               "- The dashboard's Deployment view shows one cost model: not measured here."]
     return lines
 
 
 # --- the report -----------------------------------------------------------------------------------
-
-
-def command() -> str:
-    return shlex.join(["python", "benchmarks/budget_honesty.py", *sys.argv[1:]])
 
 
 def setting_lines(out: Path, sweeps: dict[str, dict | str]) -> list[str]:
@@ -448,16 +435,10 @@ def invocation_lines(invocations: list[dict]) -> list[str]:
     return lines
 
 
-def report(args, sweeps: dict[str, dict | str], invocations: list[dict]) -> str:
-    import onnxruntime  # torch and onnxruntime: only once the sweeps are done
-    import torch
-    from export_speed import machine
-
-    budgets = sweep.parse_budgets(args.budgets)
-    done = {t: p for t, p in sweeps.items() if not isinstance(p, str)}
-    table1, checks = latency_table(done, budgets)
-    table2, verdicts = accuracy_table(done, budgets)
-    return "\n".join([
+def header_lines(args, sweeps: dict[str, dict | str], invocations: list[dict],
+                 argv: list[str]) -> list[str]:
+    """The title, the command, machine and versions, the sweeps and the invocations."""
+    return [
         "# Budget honesty: does a budget mean deployed cost?",
         "",
         "Per task one `python -m search.sweep`: a DNArch search per budget and seed, the base "
@@ -465,10 +446,9 @@ def report(args, sweeps: dict[str, dict | str], invocations: list[dict]) -> str:
         "onnxruntime session, models in turns. *base* is the base CCNN_{D,H} the searches grew "
         "from, of the same sweep and seed; ratios are per seed, then mean ± std over seeds.",
         "",
-        f"Command: `{command()}`  ",
-        f"Machine: {machine()}, shared with other work (below).  ",
-        f"Versions (writing this report): Python {sys.version.split()[0]}, torch "
-        f"{torch.__version__}, onnxruntime {onnxruntime.__version__}; code {code_state()}.",
+        *harness.header(__file__, argv, harness.ORT,
+                        machine_note=", shared with other work (below)",
+                        versions_note=f" (writing this report); code {code_state()}"),
         "",
         "Sweeps:",
         "",
@@ -478,6 +458,17 @@ def report(args, sweeps: dict[str, dict | str], invocations: list[dict]) -> str:
         "",
         *(invocation_lines(invocations) or ["- none recorded (--report-only on sweeps made "
                                             "elsewhere)"]),
+    ]
+
+
+def report(args, sweeps: dict[str, dict | str], invocations: list[dict],
+           argv: list[str] = ()) -> str:
+    budgets = sweep.parse_budgets(args.budgets)
+    done = {t: p for t, p in sweeps.items() if not isinstance(p, str)}
+    table1, checks = latency_table(done, budgets)
+    table2, verdicts = accuracy_table(done, budgets)
+    return "\n".join([
+        *header_lines(args, sweeps, invocations, argv),
         "",
         "## Measured latency against the budget",
         "",
@@ -532,20 +523,20 @@ def report(args, sweeps: dict[str, dict | str], invocations: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                     epilog="Other flags go to python -m search.sweep and "
-                                     "through it to every python -m search.run.")
+    argv = harness.arguments(argv)
+    parser = harness.parser(__doc__, allow_abbrev=False,
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                            epilog="Other flags go to python -m search.sweep and through it to "
+                            "every python -m search.run.")
     parser.add_argument("--tasks", nargs="+", default=TASKS, help="task names "
                         "(python -m search.tasks)")
     parser.add_argument("--budgets", default="0.25,0.5,1", help="the searches' budgets")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 of every model")
-    parser.add_argument("--jobs", type=int, default=2, help="models trained at a time")
+    harness.add_jobs(parser, seeds=3, what="models trained")
     parser.add_argument("--out", default="runs/budget_honesty", help="one sweep directory per "
                         "task below it")
     parser.add_argument("--base-grid", default="", help="the base family as WIDTHxDEPTH,... "
                         "(default: FAMILY in this file, from the base width and depth)")
-    parser.add_argument("--results", default=str(RESULTS), help="markdown file to write")
+    harness.add_report(parser, __file__, "--results")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: the tables from the sweeps in OUT")
     args, rest = parser.parse_known_args(argv)
@@ -563,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         invocations = json.loads(path.read_text()) if path.exists() else []
     except (OSError, ValueError) as e:
         parser.error(f"{path} cannot be read: {e}")
-    failed = [] if args.report_only else run_sweeps(args, rest, invocations, path)
+    failed = [] if args.report_only else run_sweeps(args, rest, invocations, path, argv)
     if failed:
         print(f"error: the sweep of {', '.join(failed)} failed (above); the same command "
               "continues it", file=sys.stderr)
@@ -573,10 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no sweep in {out} has a usable pareto.json ({why}); {args.results} "
               "not written", file=sys.stderr)
         return 1
-    text = report(args, sweeps, invocations)
-    print(text)
-    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.results).write_text(text)
+    harness.publish(report(args, sweeps, invocations, argv), args.results)
     return 1 if failed else 0
 
 

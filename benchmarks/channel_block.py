@@ -10,30 +10,22 @@ count's median ms over the 32-channel layer's, beside the ratio the cost model p
 :func:`dnarch_deploy.cost.linear_cost` for the pointwise one: the true channel counts). The
 layers of a row are timed in turns in one process.
 
-    python benchmarks/channel_block.py            # the table
-    python benchmarks/channel_block.py --quick    # one image size, fewer calls
+    python -m benchmarks.channel_block            # the table
+    python -m benchmarks.channel_block --quick    # one image size, fewer calls
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
-import shlex
-import sys
-from pathlib import Path
-
-import onnxruntime
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dnarch_deploy.cost import linear_cost  # noqa: E402
-from dnarch_deploy.operators import conv_macs  # noqa: E402
-from export.emit import to_onnx  # noqa: E402
-from export.static import pointwise  # noqa: E402
-from export.tactics import DirectConv  # noqa: E402
-from export.timing import batch_sizes, measure, progress, runner, session  # noqa: E402
+from benchmarks import harness
+from dnarch_deploy.cost import linear_cost
+from dnarch_deploy.operators import conv_macs
+from dnarch_deploy.progress import bar
+from export.emit import to_onnx
+from export.static import pointwise
+from export.tactics import DirectConv
+from export.timing import measure, runner, session
 
 CHANNELS = (8, 12, 16, 20, 24, 28, 32, 36, 48)
 REFERENCE = 32  # each row's times are over this count's
@@ -78,12 +70,8 @@ def row_times(kind, size, taps, batch, threads, repeats) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="8x8 images only, fewer calls")
-    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
-    parser.add_argument("--batches", type=batch_sizes, default="1,32",
-                        help="batch sizes, comma-separated")
-    parser.add_argument("--repeats", type=int, default=60, help="timed calls per layer (medians)")
+    parser = harness.parser(__doc__)
+    harness.add_onnxruntime(parser, repeats=60, per="layer", quick="8x8 images only, fewer calls")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.threads < 0:
         parser.error(f"--repeats must be >= 1 and --threads >= 0 (0: onnxruntime's default), "
@@ -91,12 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     shapes = SHAPES[:1] if args.quick else SHAPES
     repeats = min(args.repeats, 12) if args.quick else args.repeats
-    flags = sys.argv[1:] if argv is None else argv
-    print(f"$ {shlex.join(['python', 'benchmarks/channel_block.py', *flags])}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
-          f"python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
-          f"{onnxruntime.__version__}; {args.threads} onnxruntime thread(s), median of "
-          f"{repeats} calls, the layers of a row in turns\n")
+    harness.print_header(
+        __file__, harness.arguments(argv), harness.ORT,
+        machine_note=f"; {args.threads} onnxruntime thread(s), median of {repeats} calls, the "
+        "layers of a row in turns")
     ref = CHANNELS.index(REFERENCE)
     head = " | ".join(str(c) for c in CHANNELS)
     print(f"Each cell: measured / priced time of that many channels over {REFERENCE}'s.\n")
@@ -104,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|" + "---|" * len(CHANNELS))
     cases = [(k, s, t, b) for s, t in shapes for k in ("depthwise", "pointwise")
              for b in args.batches]
-    for kind, size, taps, batch in progress(cases, desc="layers"):
+    for kind, size, taps, batch in bar(cases, desc="layers"):
         ms = row_times(kind, size, taps, batch, args.threads, repeats)
         cost = [priced(kind, c, size, taps) for c in CHANNELS]
         cells = " | ".join(f"{m / ms[ref]:.2f} / {p / cost[ref]:.2f}" for m, p in zip(ms, cost))

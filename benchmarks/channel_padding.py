@@ -10,36 +10,27 @@ microsecond each at batch 1 (onnxruntime's per-node cost). Per run directory thi
 the trained network as export does by cost (``--no-tune``), builds both forms, checks they give
 the same outputs and times them in turns in onnxruntime.
 
-    python benchmarks/channel_padding.py RUN_DIR [RUN_DIR ...]
+    python -m benchmarks.channel_padding RUN_DIR [RUN_DIR ...]
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import shlex
 import sys
-from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "benchmarks"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from export_speed import machine, ort_ms  # noqa: E402
-
-from dnarch_deploy import calibration  # noqa: E402
-from dnarch_deploy.rundir import RunError, load_run  # noqa: E402
-from export.bench import theoretical_costs  # noqa: E402
-from export.emit import to_onnx  # noqa: E402
-from export.lowering import lower  # noqa: E402
-from export.policy import cheapest, tactic_costs  # noqa: E402
-from export.static import StaticNet, freeze, materialize  # noqa: E402
-from export.timing import batch_sizes, progress, session  # noqa: E402
+from benchmarks import harness
+from benchmarks.export_speed import ort_ms
+from dnarch_deploy import calibration
+from dnarch_deploy.progress import bar
+from dnarch_deploy.rundir import RunError, load_run
+from export.bench import theoretical_costs
+from export.emit import to_onnx
+from export.lowering import cheapest, lower, tactic_costs
+from export.static import StaticNet, freeze, materialize
+from export.timing import session
 
 
 def padding_around_the_conv(lowered: StaticNet) -> StaticNet:
@@ -67,25 +58,22 @@ def total_macs(net: StaticNet) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("runs", nargs="+", help="run directories (python -m search.run --out)")
-    parser.add_argument("--batch", type=batch_sizes, default=(1, 32),
-                        help="batch sizes, comma-separated")
-    parser.add_argument("--repeats", type=int, default=200, help="timed calls per form")
-    parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads")
+    harness.add_onnxruntime(parser, repeats=200, batch_flag="--batch")
     opt = parser.parse_args(argv)
     try:
         nets = [by_cost(run) for run in opt.runs]
     except RunError as e:
         parser.exit(2, f"error: {e}\n")
-    print(f"$ {shlex.join(['python', 'benchmarks/channel_padding.py', *(argv or sys.argv[1:])])}")
-    print(f"machine: {machine()}; torch {torch.__version__}, onnxruntime "
-          f"{onnxruntime.__version__}; {opt.threads} onnxruntime thread(s), median of "
-          f"{opt.repeats} calls, the two forms of a row in turns\n")
+    harness.print_header(
+        __file__, harness.arguments(argv), harness.ORT,
+        machine_note=f"; {opt.threads} onnxruntime thread(s), median of {opt.repeats} calls, "
+        "the two forms of a row in turns")
     print("| run | blocks padded | nodes (stream / Pad+Slice) | MMAC (stream / Pad+Slice) | "
           "batch | ms from the stream | ms with Pad+Slice | stream / Pad+Slice |")
     print("|---|---|---|---|---|---|---|---|")
-    for run, (shipped, example) in progress(list(zip(opt.runs, nets)), desc="runs"):
+    for run, (shipped, example) in bar(list(zip(opt.runs, nets)), desc="runs"):
         forms = [shipped, padding_around_the_conv(shipped)]
         graphs = [to_onnx(net, (example,)) for net in forms]
         outs = [session(g).run(None, {g.graph.input[0].name: example.numpy()})[0]

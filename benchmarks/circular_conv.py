@@ -9,32 +9,26 @@ least 3 S - 1. This times both lowerings of the same network, every block's conv
 ``matmul`` tactic, in one onnxruntime run with the two graphs in turns (export.timing.measure),
 and checks that they compute the same output.
 
-The network is export_speed.py's synthetic ``max`` state (every mask at its maximum: 8 blocks,
-64 channels, global kernels, full resolution), whose every block has a folded kernel.
+The network is benchmarks.export_speed's synthetic ``max`` state (every mask at its maximum: 8
+blocks, 64 channels, global kernels, full resolution), whose every block has a folded kernel.
 
-    python benchmarks/circular_conv.py    # writes benchmarks/results/circular_conv.md
+    python -m benchmarks.circular_conv    # writes benchmarks/results/circular_conv.md
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import shlex
 import sys
-from pathlib import Path
 
-import onnxruntime
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from export_speed import Options, batch_of, machine, ort_ms, synthetic  # noqa: E402
-
-from export.bench import theoretical_costs  # noqa: E402
-from export.emit import to_onnx  # noqa: E402
-from export.lowering import lower  # noqa: E402
-from export.static import freeze, materialize  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results" / "circular_conv.md"
+from benchmarks import harness
+from benchmarks.export_speed import Options, batch_of, ort_ms, synthetic
+from export.bench import theoretical_costs
+from export.emit import to_onnx
+from export.lowering import lower
+from export.static import freeze, materialize
 
 
 def total_macs(net) -> float:
@@ -62,14 +56,12 @@ def compare(length: int, batches: list[int], repeats: int) -> list[dict]:
     return rows
 
 
-def report(rows: list[dict], command: str) -> str:
+def report(rows: list[dict], argv: list[str]) -> str:
     lines = [
         "# A folded kernel: circular at the training's FFT length against linear",
         "",
-        f"`{command}`  ",
-        f"Machine: {machine()}; Python {sys.version.split()[0]}, torch {torch.__version__}, "
-        f"onnxruntime {onnxruntime.__version__}; 1 thread; median of the timed calls, the two "
-        "graphs in turns.",
+        *harness.header(__file__, argv, harness.ORT, machine_note="; 1 thread; median of the "
+                        "timed calls, the two graphs in turns"),
         "",
         "| L | batch | four-step grid, circular / linear | MMAC/sample circular / linear | "
         "circular ms | linear ms | circular / linear | max output difference |",
@@ -97,21 +89,17 @@ def positive_ints(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = harness.parser(__doc__)
     p.add_argument("--lengths", type=positive_ints, default="256,427,784,1024",
                    help="input lengths, comma-separated")
     p.add_argument("--batch", type=positive_ints, default="1,32",
                    help="batches, comma-separated")
     p.add_argument("--repeats", type=int, default=30, help="timed calls per graph")
-    p.add_argument("--out", default=str(RESULTS), help="where the report is written")
+    harness.add_report(p, __file__)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     rows = [r for n in args.lengths for r in compare(n, args.batch, args.repeats)]
-    flags = sys.argv[1:] if argv is None else list(argv)
-    text = report(rows, shlex.join(["python", "benchmarks/circular_conv.py", *flags]))
-    print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    harness.publish(report(rows, harness.arguments(argv)), args.out)
     return 0
 
 

@@ -1,11 +1,11 @@
 """Why the default search trails a plain CNN on some sets: a ladder from the FCN toward the CCNN.
 
-ucr_quality.py's FCN peer (Wang et al. 2017) is ahead of the default search on four bundled sets,
-OSULeaf by 0.18. Each rung takes the rung above one step toward the CCNN the search trains (a
-step may change several settings; the list says which), all with free weights (no kernel
-network, no masks), all fitted exactly as the FCN peer is (`ucr_quality.fit_cnn`: train + val,
-batch 16, cosine decay with no warm-up, last weights on test, BatchNorm's running statistics at
-test), each fit in a process of its own with one thread:
+benchmarks.ucr_quality's FCN peer (Wang et al. 2017) is ahead of the default search on four bundled
+sets, OSULeaf by 0.18. Each rung takes the rung above one step toward the CCNN the search trains (a
+step may change several settings; the list says which), all with free weights (no kernel network,
+no masks), all fitted exactly as the FCN peer is (`ucr_quality.fit_cnn`: train + val, batch 16,
+cosine decay with no warm-up, last weights on test, BatchNorm's running statistics at test), each
+fit in a process of its own with one thread:
 
 - fcn: the peer itself (full convolutions of 8, 5 and 3 taps, conv-BN-ReLU, mean pooling, Adam
   at 1e-3, 64 / 128 / 64 channels);
@@ -41,35 +41,26 @@ Rungs that split a step of the ladder (each changes the rung `SPLITS` names):
 What no rung reaches: the search's validation hold-out and result rule, its warm-up, label
 smoothing, shifts and jitter, and the kernel network and masks themselves.
 
-    python benchmarks/cnn_ablation.py --tasks ucr:OSULeaf ucr:ArrowHead --seeds 2
+    python -m benchmarks.cnn_ablation --tasks ucr:OSULeaf ucr:ArrowHead --seeds 2
 
 Writes benchmarks/results/cnn_ablation.md (and prints it).
 """
 
 from __future__ import annotations
 
-import argparse
+import multiprocessing
 import os
-import platform
-import shlex
 import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "benchmarks"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from search_quality import code_state, fmt  # noqa: E402
-from ucr_quality import FCN_STEPS, cnn_data, fcn_net, fit_cnn  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "cnn_ablation.md"
+from benchmarks import harness
+from benchmarks.harness import fmt
+from benchmarks.ucr_quality import FCN_STEPS, cnn_data, fcn_net, fit_cnn
 
 
 @dataclass(frozen=True)
@@ -185,15 +176,16 @@ def fit(name: str, task: str, seed: int, steps: int) -> tuple[float, float]:
     return fit_cnn(net, data, steps, seed, RUNGS[name].lr, RUNGS[name].weight_decay)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse(argv: list[str]):
+    """The arguments; a wrong or 2-D task, a count below 1 or a report that cannot be written is
+    one parser error before any fit."""
+    parser = harness.parser(__doc__)
     parser.add_argument("--tasks", nargs="+", default=["ucr:OSULeaf", "ucr:ArrowHead"])
     parser.add_argument("--rungs", nargs="+", default=list(RUNGS), choices=list(RUNGS))
-    parser.add_argument("--seeds", type=int, default=2)
+    harness.add_jobs(parser, seeds=2, what="fits")
     parser.add_argument("--steps", type=int, default=FCN_STEPS)
-    parser.add_argument("--jobs", type=int, default=2, help="fits at a time (one thread each)")
-    parser.add_argument("--out", default=str(RESULTS), help="markdown file to write")
-    args = parser.parse_args()
+    harness.add_report(parser, __file__)
+    args = parser.parse_args(argv)
     if args.seeds < 1 or args.steps < 1 or args.jobs < 1:
         parser.error("--seeds, --steps and --jobs must be at least 1")
     from dnarch_deploy.tasks import TaskError, load_task
@@ -204,13 +196,16 @@ def main() -> int:
                 parser.error(f"{task}: the ladder is of 1-D networks; give a 1-D (series) task")
         except TaskError as e:
             parser.error(str(e))
-    if Path(args.out).is_dir():
-        parser.error(f"--out {args.out} is a directory; give the report's file name")
+    harness.check_report(parser, args.out)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = harness.arguments(argv)
+    args = parse(argv)
     jobs = [(rung, task, seed) for task in args.tasks for rung in args.rungs
             for seed in range(args.seeds)]
     results, t0 = {}, time.time()
-    import multiprocessing
-
     spawn = multiprocessing.get_context("spawn")
     failed = []
     with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool, \
@@ -223,16 +218,11 @@ def main() -> int:
                 failed.append(futures[future])
                 print(f"FAILED {futures[future]}: {e}", file=sys.stderr)
             bar.update(1)
-    text = report(args, results, time.time() - t0)
-    print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    harness.publish(report(args, results, time.time() - t0, argv), args.out)
     return 1 if failed else 0
 
 
-def report(args, results: dict, seconds: float) -> str:
-    import torch
-
+def report(args, results: dict, seconds: float, argv: list[str] = ()) -> str:
     lines = ["| rung | " + " | ".join(args.tasks) + " | s/fit |",
              "|---|" + "---|" * (len(args.tasks) + 1)]
     for rung in args.rungs:
@@ -244,10 +234,9 @@ def report(args, results: dict, seconds: float) -> str:
     return "\n".join([
         "# From the FCN toward the CCNN, one step a rung",
         "",
-        f"Command: `python benchmarks/cnn_ablation.py {shlex.join(sys.argv[1:])}`  ",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"{args.jobs} fits at a time, 1 thread each; Python {platform.python_version()}, "
-        f"torch {torch.__version__}; {seconds / 60:.0f} min wall; {code_state()}.  ",
+        *harness.header(__file__, argv, machine_note=f", {args.jobs} fits at a time, 1 thread "
+                        f"each; {seconds / 60:.0f} min wall",
+                        versions_note=f"; code {harness.code_state()}"),
         f"Test accuracy, mean ± std over {args.seeds} seed(s); {args.steps} steps a fit on "
         "train + val. Each rung takes the one above it a step toward the CCNN, or splits the "
         "step of the rung `SPLITS` names (benchmarks/cnn_ablation.py's docstring says what "

@@ -13,30 +13,21 @@ prints the found networks' deployed cost over the base CCNN's (the search's own 
 resampling left out, and the cost with the resampling priced at the textbook FFT's count. It
 trains nothing: it reads ``config.json``, ``summary.json`` and ``architecture.json``.
 
-    python benchmarks/crop_cost.py OUT/ucr-OSULeaf-KR-lam0-s*      # search_quality.py run dirs
-    python benchmarks/crop_cost.py OUT/*-KR-lam0-s* --out crop_cost.md
+    python -m benchmarks.crop_cost OUT/ucr-OSULeaf-KR-lam0-s*      # search_quality's run dirs
+    python -m benchmarks.crop_cost OUT/*-KR-lam0-s* --out crop_cost.md
 """
 
 from __future__ import annotations
 
-import argparse
-import shlex
 import sys
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from search_quality import code_state, fmt, lowest_resolution  # noqa: E402
-
-from dnarch_deploy.cost import architecture_cost, architecture_operators  # noqa: E402
-from dnarch_deploy.operators import resample_macs, resample_reference_macs  # noqa: E402
-from dnarch_deploy.rundir import (  # noqa: E402
-    RunError,
-    read_architecture,
-    read_config,
-    read_summary,
-)
+from benchmarks import harness
+from benchmarks.harness import fmt
+from benchmarks.search_quality import lowest_resolution
+from dnarch_deploy.cost import architecture_cost, architecture_operators
+from dnarch_deploy.operators import resample_macs, resample_reference_macs
+from dnarch_deploy.rundir import RunError, read_architecture, read_config, read_summary
 
 
 def resampling_macs(arch) -> tuple[float, float]:
@@ -92,9 +83,9 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = harness.parser(__doc__)
     p.add_argument("run_dirs", nargs="+", type=Path, help="finished search run directories")
-    p.add_argument("--out", type=Path, help="also write the report here (markdown)")
+    harness.add_report(p)
     args = p.parse_args(argv)
     missing = [str(d) for d in args.run_dirs if not (d / "summary.json").is_file()]
     if missing:
@@ -104,15 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     except RunError as e:  # a damaged config.json, summary.json or architecture.json
         print(f"error: {e}", file=sys.stderr)
         return 2
-    command = shlex.join(["python", "benchmarks/crop_cost.py",
-                          *(sys.argv[1:] if argv is None else argv)])
-    report = (f"`{command}`  \n{code_state()}; torch {torch.__version__}. Costs in deployed "
-              "MACs per sample over the base CCNN's (config.json `base_macs`), mean ± std over "
-              "runs; *lowest R*: the smallest share of the input's positions a block computes "
-              "at.\n\n" + table(rows) + "\n")
-    print(report)
-    if args.out:
-        args.out.write_text(report)
+    head = harness.header(__file__, harness.arguments(argv),
+                          versions_note=f"; code {harness.code_state()}")
+    report = "\n".join([*head, "Costs in deployed MACs per sample over the base CCNN's "
+                        "(config.json `base_macs`), mean ± std over runs; *lowest R*: the "
+                        "smallest share of the input's positions a block computes at.", "",
+                        table(rows)]) + "\n"
+    harness.publish(report, args.out)
     return 0
 
 

@@ -2,8 +2,8 @@
 # The CUDA path, checked on a lent GPU machine in short calls (benchmarks/results/cuda_check.md):
 # training with bfloat16 autocast (the --amp default) and without, torchrun with NCCL, --cost
 # latency, export of GPU-trained runs (equivalence, the batch axis of model.onnx and model.pt2),
-# the training step on CUDA (step_profile.py: where its time goes; model_step.py: against the base),
-# and a SIGKILL + --resume (benchmarks/cuda_resume.py).
+# the training step on CUDA (benchmarks.step_profile: where its time goes; benchmarks.model_step:
+# against the base), and a SIGKILL + --resume (benchmarks.cuda_resume).
 #
 #   bash benchmarks/cuda_check.sh prepare DIR        # here, with sktime: DIR/GunPoint.npz, DIR/ACSF1.npz
 #   bash benchmarks/cuda_check.sh run DIR            # there (no sktime, no network): the checks
@@ -36,9 +36,9 @@ fi
 W=/tmp/cuda-check-runs; mkdir -p $W
 log() { echo "=== $* ($(date +%T))"; }
 if [ "$mode" = step ]; then
-  log step_profile; timeout 120 python3 benchmarks/step_profile.py --device cuda --top 20
+  log step_profile; timeout 120 python3 -m benchmarks.step_profile --device cuda --top 20
   echo "step_profile exit $?"
-  log model_step; timeout 150 python3 benchmarks/model_step.py --devices cuda --reps 3 \
+  log model_step; timeout 150 python3 -m benchmarks.model_step --devices cuda --reps 3 \
     --out ${OUT:-$W}/model_step_cuda.md 2>&1 | grep -a "^|\|Error\|Traceback"
   echo "model_step exit ${PIPESTATUS[0]} (124: stopped by its timeout)"
   log done; exit
@@ -83,5 +83,5 @@ for b in (1, 7):
     a, c = session.run(None, {"x": x.numpy()})[0], program.module()(x).detach().numpy()
     print("batch", b, "onnx", a.shape, "pt2", c.shape, "max diff", float(np.abs(a - c).max()))
 PY
-log resume; DEV=cuda timeout 120 python3 benchmarks/cuda_resume.py $dir/GunPoint.npz
+log resume; DEV=cuda timeout 120 python3 -m benchmarks.cuda_resume $dir/GunPoint.npz
 log done

@@ -4,7 +4,7 @@ Two uninterrupted runs, then one killed with SIGKILL after its third epoch check
 prints the largest weight difference and whether the metrics logs agree (test_resume.py's check,
 on the device the machine has). Run by benchmarks/cuda_check.sh:
 
-    python benchmarks/cuda_resume.py GunPoint.npz        # DEV=cpu to run it on the CPU
+    python -m benchmarks.cuda_resume GunPoint.npz        # DEV=cpu to run it on the CPU
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
+from benchmarks import harness
 from dnarch_deploy import rundir as R
 
 
@@ -47,8 +48,11 @@ def compare(a: Path, b: Path) -> str:
     return f"largest weight difference {worst:.3g}, metrics equal {rows(a) == rows(b)}"
 
 
-def main(task_file: str) -> None:
-    args, root = arguments(task_file), Path(tempfile.mkdtemp(prefix="cuda-resume-"))
+def main(argv: list[str] | None = None) -> None:
+    p = harness.parser(__doc__)
+    p.add_argument("task_file", help="an npz task file (cuda_check.sh prepare writes them)")
+    args = arguments(p.parse_args(argv).task_file)
+    root = Path(tempfile.mkdtemp(prefix="cuda-resume-"))
     search(args, root / "straight1")
     search(args, root / "straight2")
     print("two uninterrupted runs:", compare(root / "straight1", root / "straight2"))
@@ -66,4 +70,4 @@ def main(task_file: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

@@ -20,36 +20,28 @@ alone (its matrix hot in the cache) does not show.
 Every form in table 1 is checked against :func:`dnarch_deploy.spectral.direct_conv` (or, for a
 periodic kernel, the MatMul FFT) before it is timed.
 
-    python benchmarks/dense_conv.py            # both tables
-    python benchmarks/dense_conv.py --quick    # fewer cases and repeats
+    python -m benchmarks.dense_conv            # both tables
+    python -m benchmarks.dense_conv --quick    # fewer cases and repeats
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import os
-import platform
-import shlex
-import sys
-from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dnarch_deploy import DNArch, ModelConfig  # noqa: E402
-from dnarch_deploy.calibration import calibrate  # noqa: E402
-from dnarch_deploy.operators import conv_by_cost, conv_macs, conv_tactics  # noqa: E402
-from dnarch_deploy.spectral import direct_conv  # noqa: E402
-from export.emit import to_onnx  # noqa: E402
-from export.lowering import lower  # noqa: E402
-from export.policy import cheapest, resample_tactics_by_cost, tactic_costs  # noqa: E402
-from export.static import freeze, materialize  # noqa: E402
-from export.tactics import PORTABLE, distinct_tactics  # noqa: E402
-from export.timing import batch_sizes, measure, progress, runner, session  # noqa: E402
+from benchmarks import harness
+from dnarch_deploy import DNArch, ModelConfig
+from dnarch_deploy.calibration import calibrate
+from dnarch_deploy.operators import conv_by_cost, conv_macs, conv_tactics
+from dnarch_deploy.progress import bar
+from dnarch_deploy.spectral import direct_conv
+from export.emit import to_onnx
+from export.lowering import cheapest, lower, resample_tactics_by_cost, tactic_costs
+from export.static import freeze, materialize
+from export.tactics import PORTABLE, distinct_tactics
+from export.timing import measure, runner, session
 
 # (channels, size, taps, period): short axes and small images with global kernels (2 S - 1 taps),
 # a kernel with a folded resolution mask (periodic in the training's FFT length), short kernels
@@ -92,26 +84,21 @@ def check(mods: dict, kernel: torch.Tensor, size, period) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--batches", type=batch_sizes, default=(1, 32))
-    p.add_argument("--repeats", type=int, default=60)
-    p.add_argument("--quick", action="store_true")
+    p = harness.parser(__doc__)
+    harness.add_onnxruntime(p, repeats=60, per="tactic", quick="fewer cases and repeats")
     args = p.parse_args(argv)
     torch.manual_seed(0)
     repeats = min(args.repeats, 20) if args.quick else args.repeats
     cases = QUICK if args.quick else CASES
-    flags = sys.argv[1:] if argv is None else argv
-    print(f"$ {shlex.join(['python', 'benchmarks/dense_conv.py', *flags])}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
-          f"python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
-          f"{onnxruntime.__version__}; {args.threads} onnxruntime thread(s), median of "
-          f"{repeats} calls, the tactics of a row in turns\n")
+    harness.print_header(
+        __file__, harness.arguments(argv), harness.ORT,
+        machine_note=f"; {args.threads} onnxruntime thread(s), median of {repeats} calls, the "
+        "tactics of a row in turns")
     rows = ["| channels | size | taps | period | batch | ms (GMAC/s) per tactic | "
             "dense rate / matmul rate | fastest | by cost | by cost / fastest |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     ratios, regrets = [], []
-    for (c, size, taps, period), b in progress([(k, b) for k in cases for b in args.batches],
+    for (c, size, taps, period), b in bar([(k, b) for k in cases for b in args.batches],
                                                desc="cases"):
         kernel = case_kernel(c, taps, period)
         mods = distinct_tactics(kernel, size, PORTABLE, period)
@@ -137,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tactics offered at {cases[-1][1]}: {', '.join(conv_tactics(cases[-1][1]))}\n")
     rows = ["| input | base | dense matrices MB | by-cost tactics | batch | dense ms | "
             "by-cost ms | dense / by-cost |", "|---|---|---|---|---|---|---|---|"]
-    for size, width, depth in progress(QUICK_NETWORKS if args.quick else NETWORKS,
+    for size, width, depth in bar(QUICK_NETWORKS if args.quick else NETWORKS,
                                        desc="networks"):
         static, by_cost = base_network(size, width, depth)
         example = torch.randn(2, 1, *size)

@@ -16,31 +16,23 @@ second (:func:`dnarch_deploy.operators.conv_macs` / median time) and the ratio d
 Every form is checked against :func:`dnarch_deploy.spectral.direct_conv`; the forms of a row are
 timed in turns in one process.
 
-    python benchmarks/direct_conv.py            # prints both tables
-    python benchmarks/direct_conv.py --quick    # fewer cases and repeats
+    python -m benchmarks.direct_conv            # prints both tables
+    python -m benchmarks.direct_conv --quick    # fewer cases and repeats
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
-import shlex
-import sys
-from pathlib import Path
-
 import numpy as np
-import onnxruntime
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dnarch_deploy.operators import conv_macs, depthwise_channels  # noqa: E402
-from dnarch_deploy.spectral import direct_conv  # noqa: E402
-from export.emit import to_onnx  # noqa: E402
-from export.tactics import DirectConv, make_conv  # noqa: E402
-from export.timing import batch_sizes, measure, progress, runner, session  # noqa: E402
+from benchmarks import harness
+from dnarch_deploy.operators import conv_macs, depthwise_channels
+from dnarch_deploy.progress import bar
+from dnarch_deploy.spectral import direct_conv
+from export.emit import to_onnx
+from export.tactics import DirectConv, make_conv
+from export.timing import measure, runner, session
 
 # (size, taps): short and long 1-D axes with small and global kernels, small and MNIST-size images
 SHAPES = [((54,), (47,)), ((150,), (9,)), ((150,), (299,)), ((1024,), (31,)), ((512,), (3,)),
@@ -90,12 +82,8 @@ def case_input(channels, size, taps, batch):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="two shapes, two channel counts")
-    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
-    parser.add_argument("--batches", type=batch_sizes, default="1,32",
-                        help="batch sizes, comma-separated")
-    parser.add_argument("--repeats", type=int, default=60, help="timed calls per form (medians)")
+    parser = harness.parser(__doc__)
+    harness.add_onnxruntime(parser, repeats=60, quick="two shapes, two channel counts")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     shapes = QUICK["shapes"] if args.quick else SHAPES
@@ -103,15 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     batches = args.batches
     repeats = min(args.repeats, 20) if args.quick else args.repeats
     cases = [(s, t, c, b) for s, t in shapes for c in channels for b in batches]
-    flags = sys.argv[1:] if argv is None else argv
-    print(f"$ {shlex.join(['python', 'benchmarks/direct_conv.py', *flags])}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
-          f"python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
-          f"{onnxruntime.__version__}; {args.threads} onnxruntime thread(s), median of "
-          f"{repeats} calls, the forms of a row in turns\n")
+    harness.print_header(
+        __file__, harness.arguments(argv), harness.ORT,
+        machine_note=f"; {args.threads} onnxruntime thread(s), median of {repeats} calls, the "
+        "forms of a row in turns")
     rows = ["| size | taps | channels (shipped) | batch | plain ms | shipped ms | "
             "plain / shipped |", "|---|---|---|---|---|---|---|"]
-    for size, taps, c, b in progress(cases, desc="table 1"):
+    for size, taps, c, b in bar(cases, desc="table 1"):
         kernel, x = case_input(c, size, taps, b)
         plain, shipped = timed([PlainConv(kernel), DirectConv(kernel)], kernel, x,
                                args.threads, repeats, f"C={c} {size}")
@@ -123,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             "matmul GMAC/s | MAC rate direct / matmul |", "|---|---|---|---|---|---|---|---|---|"]
     ratios = []
     tactic_cases = TACTIC_CASES[:2] if args.quick else TACTIC_CASES
-    for (c, size, taps), b in progress([(t, b) for t in tactic_cases for b in batches],
+    for (c, size, taps), b in bar([(t, b) for t in tactic_cases for b in batches],
                                        desc="table 2"):
         kernel, x = case_input(c, size, taps, b)
         mods = [make_conv(t, kernel, size) for t in ("direct", "matmul")]

@@ -2,9 +2,9 @@
 lowered ONNX graph beside torch.profiler on the static module in eager PyTorch, one input, same
 threads.
 
-export_speed.py says whether onnxruntime beats PyTorch; this says which operators make the
-difference. One of export_speed's synthetic 1-D networks (``found`` or ``max``), lowered with one
-tactic for every block or each block's cheapest by cost (export's ``--no-tune`` choice), the
+benchmarks.export_speed says whether onnxruntime beats PyTorch; this says which operators make
+the difference. One of export_speed's synthetic 1-D networks (``found`` or ``max``), lowered with
+one tactic for every block or each block's cheapest by cost (export's ``--no-tune`` choice), the
 resampling by cost. onnxruntime's figure per kind is its nodes' kernel time per call; PyTorch's is
 each aten operator's self time per call; onnxruntime's kinds are medians over the calls (its
 "all" row a sum of medians), torch's means. Profiling adds a fixed cost to every node, so the
@@ -12,7 +12,7 @@ script prints the profiled calls' time beside the unprofiled median: where the t
 (ms-scale nodes, as at L=1024 and batch 32) the kinds' times are the network's; on a small
 network only their shares are.
 
-    python benchmarks/export_profile.py --length 1024 --state max --tactic matmul --batch 32
+    python -m benchmarks.export_profile --length 1024 --state max --tactic matmul --batch 32
 """
 
 from __future__ import annotations
@@ -21,29 +21,21 @@ import argparse
 import collections
 import json
 import os
-import shlex
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-import onnxruntime
 import torch
 from torch.profiler import profile
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "benchmarks"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from export_speed import Options, batch_of, eager_ms, machine, ort_ms, synthetic  # noqa: E402
-
-from export.emit import to_onnx  # noqa: E402
-from export.lowering import lower  # noqa: E402
-from export.policy import cheapest, resample_tactics_by_cost, tactic_costs  # noqa: E402
-from export.static import freeze, materialize  # noqa: E402
-from export.tactics import TACTICS  # noqa: E402
-from export.timing import session  # noqa: E402
+from benchmarks import harness
+from benchmarks.export_speed import Options, batch_of, eager_ms, ort_ms, synthetic
+from export.emit import to_onnx
+from export.lowering import cheapest, lower, resample_tactics_by_cost, tactic_costs
+from export.static import freeze, materialize
+from export.tactics import TACTICS
+from export.timing import session
 
 BY_COST = "by-cost"
 WARM_UP = 2  # onnxruntime's first two calls ran 1.5x slower (L=1024, batch 32): not counted
@@ -104,7 +96,7 @@ def table(kinds: dict[str, float], top: int) -> list[str]:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = harness.parser(__doc__)
     p.add_argument("--length", type=int, default=1024, help="the synthetic input's length L")
     p.add_argument("--state", choices=("found", "max"), default="max")
     p.add_argument("--tactic", choices=(BY_COST, *TACTICS), default=BY_COST,
@@ -114,9 +106,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--calls", type=int, default=10, help="profiled calls (and timed repeats)")
     p.add_argument("--top", type=int, default=12, help="kinds listed per table")
     args = p.parse_args(argv)
-    for name in ("length", "batch", "threads", "calls", "top"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    harness.at_least_one(p, args, "length", "batch", "threads", "calls", "top")
     return args
 
 
@@ -132,10 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     xb = batch_of(x, args.batch)
     (ort_wall,) = ort_ms([graph], [xb], args.threads, args.calls)
     (torch_wall,) = eager_ms([static], xb, args.calls)
-    flags = shlex.join(sys.argv[1:] if argv is None else argv)
-    print(f"Command: `python benchmarks/export_profile.py {flags}`")
-    print(f"Machine: {machine()}; Python {sys.version.split()[0]}, torch {torch.__version__}, "
-          f"onnxruntime {onnxruntime.__version__}; {args.threads} thread(s)")
+    print("\n".join(harness.header(__file__, harness.arguments(argv), harness.ORT,
+                                   machine_note=f"; {args.threads} thread(s)")))
     print(f"Network: synthetic {args.state}, L={args.length}, {n} blocks, tactics "
           f"{' '.join(tactics)}; batch {args.batch}")
     print(f"Wall time per call (median of {args.calls}): onnxruntime {ort_wall:.3f} ms, "

@@ -23,9 +23,9 @@ does, once per thread count. Timings are medians of interleaved repeats (export.
 onnxruntime and PyTorch eager with the same number of threads, measured separately (their
 spinning thread pools would slow each other).
 
-    python benchmarks/export_speed.py                   # writes benchmarks/results/export_speed.md
-    python benchmarks/export_speed.py --run-dir runs/acsf1 --run-dir runs/plaid
-    python benchmarks/export_speed.py --quick           # a fast sanity run (nothing written)
+    python -m benchmarks.export_speed                   # writes benchmarks/results/export_speed.md
+    python -m benchmarks.export_speed --run-dir runs/acsf1 --run-dir runs/plaid
+    python -m benchmarks.export_speed --quick           # a fast sanity run (nothing written)
 
 Targets (reported, not asserted):
 1. onnxruntime >= 5x faster than the masked trained model in eager PyTorch, batch 1, every length;
@@ -38,20 +38,16 @@ Targets (reported, not asserted):
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
-import platform
-import shlex
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import torch
 
+from benchmarks import harness
 from dnarch_deploy import DNArch, ModelConfig
 from dnarch_deploy import masks as M
 from dnarch_deploy.calibration import calibrate, task_batches
@@ -61,7 +57,6 @@ from dnarch_deploy.rundir import RunError, load_run
 from dnarch_deploy.spectral import fft_conv
 from export.bench import theoretical_costs
 from export.emit import to_onnx
-from export.latency_table import writable
 from export.lowering import lower
 from export.pipeline import ExportOptions
 from export.policy import choose_lowering
@@ -69,7 +64,6 @@ from export.static import StaticNet, freeze, materialize
 from export.tactics import TACTICS, conv_macs, make_conv
 from export.timing import achieved_gflops, matmul_ceiling, measure, runner, session
 
-RESULTS = Path(__file__).parent / "results" / "export_speed.md"
 # the found state, per block: (n_in, n_mid, n_out) as fractions of 2H, resolution fraction,
 # kernel extent as a fraction of the input
 FOUND = [
@@ -97,7 +91,7 @@ class Options:
     singles: bool = True  # also time every single tactic for all blocks (batch 1, first threads)
     quick: bool = False  # L=256 (or the runs only), 1 thread, batches 1 and 4, 5 repetitions;
     # nothing written
-    out: str = str(RESULTS)  # where the report is written
+    out: str = str(harness.results_file(__file__))  # where the report is written
 
     def ints(self, name: str) -> list[int]:
         return [int(v) for v in getattr(self, name).split(",") if v.strip()]
@@ -228,34 +222,15 @@ def bench_convolutions(opt: Options, L: int, threads: int) -> list[dict]:
     return rows
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        names = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if "model name" in ln]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
-
-
 def _ms(row: dict, key: str) -> str:
     return f"{row[key]:.3f}" if key in row else "-"
 
 
-def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float, float],
-           argv: list[str]) -> str:
+def network_table(opt: Options, nets: list[dict]) -> list[str]:
+    """Each network against eager PyTorch at the small and the large batch."""
     batches = opt.ints("batch")
     small, large = batches[0], batches[-1]
     lines = [
-        "# Export speed",
-        "",
-        f"Command: `{shlex.join(['python', 'benchmarks/export_speed.py', *argv])}` "
-        f"({', '.join(f'{k}={v}' for k, v in dataclasses.asdict(opt).items())})",
-        f"Machine: {machine()}; load average {load[0]:.1f} before, {load[1]:.1f} after "
-        f"(a shared machine: other jobs ran beside this one; compare ratios within a row).",
-        f"Versions: Python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
-        f"{onnxruntime.__version__}. Threads: the same number for onnxruntime and torch.",
-        "",
         f"Synthetic networks: 1-D DNArch, base CCNN_{{{opt.depth},{opt.width}}}; weights random, "
         "BatchNorm calibrated. Latency in ms (median), theoretical in MMAC/sample (tactic-aware: "
         "export.bench.theoretical_costs), paper = the search's cost model. Tactics tuned for "
@@ -282,25 +257,36 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
         cells.append(f"{r[f'gflops_{small}']:.2f} / {r[f'gflops_{large}']:.2f} / "
                      f"{r['ceiling']:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def mix_table(nets: list[dict], small: int) -> tuple[list[str], list[float]]:
+    """The tactic mix against single tactics (the networks timed with ``singles``), and per
+    network mix / best single."""
     single_rows = [r for r in nets if "single_mix" in r]
-    mix_ratios = []
-    if single_rows:
-        lines += ["", f"Tactic mix against one tactic everywhere, and against the mix with every "
-                  f"resampling one dense MatMul (onnxruntime ms, batch {small}; '-': that tactic "
-                  "is the mix, or too slow to time; resampling all dense: the same lowering):", "",
-                  "| network | L | threads | mix | " + " | ".join(TACTICS)
-                  + " | mix, resampling all dense | mix / best single |",
-                  "| " + " | ".join(["---"] * (6 + len(TACTICS))) + " |"]
-        for r in single_rows:
-            timed = {t: r[f"single_{t}"] for t in TACTICS if f"single_{t}" in r}
-            ratio = r["single_mix"] / min(timed.values()) if timed else 1.0
-            mix_ratios.append(ratio)
-            lines.append(f"| {r['network']} ({r['state']}) | {r['length']} | {r['threads']} | "
-                         f"{r['single_mix']:.3f} | "
-                         + " | ".join(_ms(r, f"single_{t}") for t in TACTICS)
-                         + f" | {_ms(r, 'single_dense_resample')} | {ratio:.3f} |")
-    lines += ["", "Whole-network tuning (export.policy.fastest_network, then fastest_stream; "
-              "ms per batch):", ""]
+    if not single_rows:
+        return [], []
+    lines = ["", f"Tactic mix against one tactic everywhere, and against the mix with every "
+             f"resampling one dense MatMul (onnxruntime ms, batch {small}; '-': that tactic "
+             "is the mix, or too slow to time; resampling all dense: the same lowering):", "",
+             "| network | L | threads | mix | " + " | ".join(TACTICS)
+             + " | mix, resampling all dense | mix / best single |",
+             "| " + " | ".join(["---"] * (6 + len(TACTICS))) + " |"]
+    ratios = []
+    for r in single_rows:
+        timed = {t: r[f"single_{t}"] for t in TACTICS if f"single_{t}" in r}
+        ratio = r["single_mix"] / min(timed.values()) if timed else 1.0
+        ratios.append(ratio)
+        lines.append(f"| {r['network']} ({r['state']}) | {r['length']} | {r['threads']} | "
+                     f"{r['single_mix']:.3f} | "
+                     + " | ".join(_ms(r, f"single_{t}") for t in TACTICS)
+                     + f" | {_ms(r, 'single_dense_resample')} | {ratio:.3f} |")
+    return lines, ratios
+
+
+def whole_network_lines(nets: list[dict]) -> list[str]:
+    lines = ["", "Whole-network tuning (export.policy.fastest_network, then fastest_stream; "
+             "ms per batch):", ""]
     for r in nets:
         wn = r["whole_network"]
         timed = "; ".join(
@@ -310,34 +296,47 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
         lines.append(f"- {r['network']} {r['state']} L={r['length']} {r['threads']} thread(s): "
                      f"{timed or 'nothing timed'}; kept {wn['kept']}; stream: "
                      f"{wn['stream']['why']}, kept {wn['stream']['kept']}")
-    fft_ratios = []
-    if convs:
-        lines += ["", f"One depthwise convolution, batch 1, {convs[0]['threads']} thread(s): "
-                  "lowerings in onnxruntime against torch.fft (dnarch_deploy.spectral.fft_conv) "
-                  "in eager PyTorch (ms; '-': direct not timed, too many MACs, or dense not "
-                  "offered at that size):", "",
-                  "| channels | size | taps | " + " | ".join(TACTICS)
-                  + " | torch.fft | best FFT / torch |",
-                  "| " + " | ".join(["---"] * (5 + len(TACTICS))) + " |"]
-        for r in convs:
-            best = min(r[t] for t in TACTICS if t not in ("direct", "dense") and t in r)
-            fft_ratios.append(best / r["torch.fft"])
-            lines.append(f"| {r['channels']} | {r['size']} | {r['taps']} | "
-                         + " | ".join(_ms(r, t) for t in TACTICS)
-                         + f" | {r['torch.fft']:.3f} | {fft_ratios[-1]:.2f} |")
-    verdict = {True: "met", False: "NOT met"}
-    lines += ["", "Targets:", "", "| target | figure | status |", "| --- | --- | --- |"]
-    for r in nets:  # every network: found, max and the runs'
+    return lines
+
+
+def conv_table(convs: list[dict]) -> tuple[list[str], list[float]]:
+    """One depthwise convolution's lowerings against torch.fft, and per case best FFT / torch."""
+    if not convs:
+        return [], []
+    lines = ["", f"One depthwise convolution, batch 1, {convs[0]['threads']} thread(s): "
+             "lowerings in onnxruntime against torch.fft (dnarch_deploy.spectral.fft_conv) "
+             "in eager PyTorch (ms; '-': direct not timed, too many MACs, or dense not "
+             "offered at that size):", "",
+             "| channels | size | taps | " + " | ".join(TACTICS)
+             + " | torch.fft | best FFT / torch |",
+             "| " + " | ".join(["---"] * (5 + len(TACTICS))) + " |"]
+    ratios = []
+    for r in convs:
+        best = min(r[t] for t in TACTICS if t not in ("direct", "dense") and t in r)
+        ratios.append(best / r["torch.fft"])
+        lines.append(f"| {r['channels']} | {r['size']} | {r['taps']} | "
+                     + " | ".join(_ms(r, t) for t in TACTICS)
+                     + f" | {r['torch.fft']:.3f} | {ratios[-1]:.2f} |")
+    return lines, ratios
+
+
+VERDICT = {True: "met", False: "NOT met"}
+
+
+def network_targets(nets: list[dict], small: int, large: int) -> list[str]:
+    """Targets 1-3 for every network: found, max and the runs'."""
+    lines = []
+    for r in nets:
         name = (f"{r['network']}{' ' + r['state'] if r['state'] else ''} L={r['length']}, "
                 f"{r['threads']} thread(s)")
         speedup = r[f"trained_{small}"] / r[f"ort_{small}"]
         vs_static = [r[f"static_{b}"] / r[f"ort_{b}"] for b in (small, large)]
         lines += [
             f"| {name}: onnxruntime >= 5x faster than the masked trained model, B={small} | "
-            f"{speedup:.1f}x | {verdict[speedup >= 5]} |",
+            f"{speedup:.1f}x | {VERDICT[speedup >= 5]} |",
             f"| {name}: onnxruntime at least as fast as the eager static module, B={small} and "
             f"B={large} | {vs_static[0]:.2f}x, {vs_static[1]:.2f}x | "
-            f"{verdict[min(vs_static) >= 1]} |",
+            f"{VERDICT[min(vs_static) >= 1]} |",
         ]
         big = next((m for m in nets if m["state"] == "max" and r["state"] == "found"
                     and m["length"] == r["length"] and m["threads"] == r["threads"]
@@ -348,35 +347,56 @@ def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float,
             apart = max(measured / theory, theory / measured)
             lines.append(f"| {name}: measured ratio found/max within 1.25x of the theoretical "
                          f"ratio, B={small} | measured {measured:.3f}, theoretical {theory:.3f}: "
-                         f"{apart:.2f}x apart | {verdict[apart <= 1.25]} |")
+                         f"{apart:.2f}x apart | {VERDICT[apart <= 1.25]} |")
+    return lines
+
+
+def targets_table(nets: list[dict], small: int, large: int, mix_ratios: list[float],
+                  fft_ratios: list[float]) -> list[str]:
+    lines = ["", "Targets:", "", "| target | figure | status |", "| --- | --- | --- |",
+             *network_targets(nets, small, large)]
     if mix_ratios:
         lines.append(f"| tactic mix never slower than the best single tactic | mix / best single:"
                      f" {', '.join(f'{v:.3f}' for v in mix_ratios)} | "
-                     f"{verdict[max(mix_ratios) <= 1.0]} |")
+                     f"{VERDICT[max(mix_ratios) <= 1.0]} |")
     if fft_ratios:
         lines.append(f"| best FFT lowering within 2x of torch.fft | "
                      f"{', '.join(f'{v:.2f}' for v in fft_ratios)} | "
-                     f"{verdict[all(v <= 2 for v in fft_ratios)]} |")
-    lines += ["", "Found state per block ((n_in, n_mid, n_out) / 2H, resolution, kernel / L): "
-              + "; ".join(f"{w}, {r:.3g}, {k}" for w, r, k in FOUND) + "."]
+                     f"{VERDICT[all(v <= 2 for v in fft_ratios)]} |")
+    return lines
+
+
+def report(opt: Options, nets: list[dict], convs: list[dict], load: tuple[float, float],
+           argv: list[str]) -> str:
+    batches = opt.ints("batch")
+    small, large = batches[0], batches[-1]
+    mix, mix_ratios = mix_table(nets, small)
+    convolutions, fft_ratios = conv_table(convs)
+    head = harness.header(
+        __file__, argv, harness.ORT,
+        command_note=f" ({', '.join(f'{k}={v}' for k, v in dataclasses.asdict(opt).items())})",
+        machine_note=f"; load average {load[0]:.1f} before, {load[1]:.1f} after (a shared "
+        "machine: other jobs ran beside this one; compare ratios within a row)",
+        versions_note=". Threads: the same number for onnxruntime and torch")
+    lines = ["# Export speed", "", *head, "", *network_table(opt, nets), *mix,
+             *whole_network_lines(nets), *convolutions,
+             *targets_table(nets, small, large, mix_ratios, fft_ratios),
+             "", "Found state per block ((n_in, n_mid, n_out) / 2H, resolution, kernel / L): "
+             + "; ".join(f"{w}, {r:.3g}, {k}" for w, r, k in FOUND) + "."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    argv = harness.arguments(argv)
+    p = harness.parser(__doc__)
     add_fields(p, Options)
     opt = Options(**vars(p.parse_args(argv)))
     opt.run_dir = opt.run_dir or []
     unknown = set(opt.states.split(",")) - {"found", "max"}
     if unknown:
         p.error(f"--states takes found and/or max, got {', '.join(sorted(unknown))}")
-    out = Path(opt.out)
-    if not opt.quick:
-        try:  # before any work, not after it
-            writable(out)
-        except OSError as e:
-            p.error(f"--out {out}: cannot write a report there ({e.strerror or e})")
+    if not opt.quick:  # before any work, not after it
+        harness.check_report(p, opt.out, make_folder=False)
     if opt.quick:  # with run directories: those alone
         opt.lengths = "" if opt.run_dir else "256"
         opt.threads, opt.batch, opt.repeats = "1", "1,4", 5
@@ -399,10 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in convs:
         r["threads"] = opt.ints("threads")[0]
     text = report(opt, nets, convs, (before, os.getloadavg()[0]), argv)
-    print(text)
-    if not opt.quick:
-        out.write_text(text)
-        print(f"wrote {out}", file=sys.stderr)
+    harness.publish(text, None if opt.quick else opt.out)
     return 0
 
 

@@ -4,23 +4,24 @@ For each bundled UCR/UEA set named, two `npz:` tasks on one split (the task's se
 test): *raw*, the series as the task gives them, and *diff*, the channels and then their first
 differences x[t] - x[t-1] (0 at t = 0) as more channels, a common extra input for series that
 trace a shape's outline (leaves, arrowheads). Both
-tasks are searched with every flag at its default by `benchmarks/ucr_quality.py` (search only, no
-peer), two runs at a time, one thread each; its report is this screen's table.
+tasks are searched with every flag at its default by `python -m benchmarks.ucr_quality` (search
+only, no peer), two runs at a time, one thread each; its report is this screen's table.
 
-    python benchmarks/first_difference.py --sets ArrowHead OSULeaf --seeds 3 --out /tmp/fd \\
+    python -m benchmarks.first_difference --sets ArrowHead OSULeaf --seeds 3 --out /tmp/fd \\
         --results benchmarks/results/ucr_quality_first_difference.md
 """
 
 from __future__ import annotations
 
-import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks import harness
+
 SPLITS = ("train", "val", "test")
 
 
@@ -43,10 +44,10 @@ def write_pair(name: str, data: Path) -> tuple[Path, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--sets", nargs="+", default=["ArrowHead", "OSULeaf"],
                         help="bundled UCR/UEA sets (python -m search.tasks lists them)")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 of every model")
     parser.add_argument("--out", default="runs/first_difference", help="data and runs go here")
     parser.add_argument("--results", default=None, help="the report (default: OUT/report.md; "
                         "the committed one: benchmarks/results/ucr_quality_first_difference.md)")
@@ -55,17 +56,17 @@ def main(argv: list[str] | None = None) -> int:
 
     data = Path(args.out).resolve() / "data"
     results = args.results or str(Path(args.out).resolve() / "report.md")
-    if Path(results).is_dir():  # before any file is written (ucr_quality.py would refuse it)
-        parser.error(f"--results {results} is a directory; give the report's file name")
+    harness.check_report(parser, results, "--results")  # before any file is written
     try:
         data.mkdir(parents=True, exist_ok=True)
         tasks = [f"npz:{p}" for name in args.sets for p in write_pair(name, data)]
     except (TaskError, OSError) as e:
         parser.error(str(e))
-    command = [sys.executable, str(ROOT / "benchmarks" / "ucr_quality.py"), "--tasks", *tasks,
+    command = [sys.executable, "-m", "benchmarks.ucr_quality", "--tasks", *tasks,
                "--variants", "search", "--no-peer", "--seeds", str(args.seeds),
                "--out", str(Path(args.out).resolve() / "runs"), "--results", results]
-    return subprocess.call(command)
+    path = os.pathsep.join(filter(None, [str(harness.ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.call(command, env=dict(os.environ, PYTHONPATH=path))
 
 
 if __name__ == "__main__":

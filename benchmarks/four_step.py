@@ -20,29 +20,23 @@ with the 2x2 real block of each bin and a ReduceSum (:class:`BlockFilter`), and 
 times [g_re | g_re] plus its halves swapped times [-g_im | g_im] (:class:`SwappedFilter`): fewer
 nodes each, kept here for the comparison.
 
-    python benchmarks/four_step.py
-    python benchmarks/four_step.py --quick    # the two shortest cases, two grids each
+    python -m benchmarks.four_step
+    python -m benchmarks.four_step --quick    # the two shortest cases, two grids each
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import shlex
 import sys
-from pathlib import Path
 
-import onnxruntime
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dnarch_deploy.operators import FOUR_STEP_N2, fft_factors, multistep_macs  # noqa: E402
-from dnarch_deploy.spectral import conv_fft_length, direct_conv  # noqa: E402
-from export.emit import to_onnx  # noqa: E402
-from export.tactics import MatMulFFTConv  # noqa: E402
-from export.timing import measure, runner, session  # noqa: E402
+from benchmarks import harness
+from dnarch_deploy.operators import FOUR_STEP_N2, fft_factors, multistep_macs
+from dnarch_deploy.spectral import conv_fft_length, direct_conv
+from export.emit import to_onnx
+from export.tactics import MatMulFFTConv
+from export.timing import measure, runner, session
 
 CASES = ((32, 150), (64, 256), (64, 512), (64, 1024), (32, 1460), (32, 4096))  # channels, length
 
@@ -143,22 +137,18 @@ def inverse_layouts(opt: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = harness.parser(__doc__)
     p.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--quick", action="store_true",
-                   help="the two shortest cases only, and of the grids the fewest-MACs one and "
-                        "export's")
+    harness.add_quick(p, "the two shortest cases only, and of the grids the fewest-MACs one and "
+                      "export's")
     opt = p.parse_args(argv)
     if min(opt.batch) < 1 or opt.repeats < 1:
         p.error(f"--batch and --repeats must be >= 1, got {opt.batch} and {opt.repeats}")
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    flags = sys.argv[1:] if argv is None else argv
-    print(f"Command: `{shlex.join(['python', 'benchmarks/four_step.py', *flags])}`  ")
-    print(f"Machine: {platform.machine()}, {os.cpu_count()} logical CPUs, 1 onnxruntime thread; "
-          f"Python {platform.python_version()}, torch {torch.__version__}, onnxruntime "
-          f"{onnxruntime.__version__}\n")
+    harness.print_header(__file__, harness.arguments(argv), harness.ORT,
+                         machine_note=", 1 onnxruntime thread")
     print("| channels | length | taps | batch | grid N1 x N2: ms (MACs per channel), / fewest-MACs "
           "grid's ms |")
     print("|---|---|---|---|---|")

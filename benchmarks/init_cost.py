@@ -15,25 +15,21 @@ resolution, at about 1/2 and 1/4 of the input, and the largest resolution at whi
 block costs less than not cropping (a search pulled towards C_target from below has no reason to
 cross that wall).
 
-    python benchmarks/init_cost.py                          # the benchmarks' task shapes
-    python benchmarks/init_cost.py --shapes 150,29x29 --learn KR
+    python -m benchmarks.init_cost                          # the benchmarks' task shapes
+    python -m benchmarks.init_cost --shapes 150,29x29 --learn KR
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from latency_prediction import shape  # noqa: E402
-from search_quality import code_state  # noqa: E402
-
-from dnarch_deploy import DNArch, ModelConfig, base_cost, model_cost  # noqa: E402
-from dnarch_deploy import masks as M  # noqa: E402
+from benchmarks import harness
+from benchmarks.latency_prediction import shape
+from dnarch_deploy import DNArch, ModelConfig, base_cost, model_cost
+from dnarch_deploy import masks as M
 
 # GunPoint, ArrowHead, OSULeaf, ListOps (200 tokens), smnist, PLAID, ACSF1; Darcy, MNIST 14x14 and
 # 28x28 (search_quality.py, ucr_quality.py)
@@ -97,18 +93,17 @@ def crop_row(size: tuple[int, ...], costs: dict[tuple[int, ...], float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = harness.parser(__doc__)
     p.add_argument("--shapes", type=shapes, default=SHAPES,
                    help="lengths or HxW images, comma-separated")
     p.add_argument("--depth", type=int, default=4, help="D of the base CCNN_{D,H}")
     p.add_argument("--width", type=int, default=32, help="H of the base CCNN_{D,H}")
     p.add_argument("--learn", default="KRWD", help="what the search learns (search.run --learn)")
     args = p.parse_args(argv)
-    command = shlex.join(["python", "benchmarks/init_cost.py",
-                          *(sys.argv[1:] if argv is None else argv)])
-    print(f"`{command}` ({code_state()}; torch {torch.__version__}): DNArch --learn "
-          f"{args.learn} at initialisation over the base CCNN_{{{args.depth},{args.width}}}, "
-          "deployed MACs\n")
+    harness.print_header(__file__, harness.arguments(argv),
+                         versions_note=f"; code {harness.code_state()}")
+    print(f"DNArch --learn {args.learn} at initialisation over the base "
+          f"CCNN_{{{args.depth},{args.width}}}, deployed MACs\n")
     print("| input | initial cost / base |\n|---|---|")
     for size in args.shapes:
         ratio = init_ratio(size, args.depth, args.width, args.learn)

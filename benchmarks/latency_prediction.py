@@ -13,8 +13,8 @@ full-resolution block's kernel with its resolution mask folded in; last, a direc
 alone at 16-36 channels, which onnxruntime runs on whole blocks of channels (the table's
 ``channel_block``).
 
-    python benchmarks/latency_prediction.py --networks 8
-    python benchmarks/latency_prediction.py --table /path/to/table.json --shapes 150 8x8
+    python -m benchmarks.latency_prediction --networks 8
+    python -m benchmarks.latency_prediction --table /path/to/table.json --shapes 150 8x8
 
 A `--table` that cannot be read is an error (it is the table to judge); without one, the table
 `--cost latency` would use.
@@ -26,20 +26,18 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
-import shlex
 import statistics
 import sys
 
-import onnxruntime
 import torch
 
+from benchmarks import harness
 from dnarch_deploy import DNArch, ModelConfig
 from dnarch_deploy import masks as M
 from dnarch_deploy.cost import Units, architecture_cost
-from dnarch_deploy.latency import LatencyTable, cpu_model, load_table
+from dnarch_deploy.latency import LatencyTable, load_table
 from dnarch_deploy.operators import conv_by_cost
+from dnarch_deploy.progress import bar
 from export.base_latency import calibrated, untrained_export
 from export.emit import to_onnx
 from export.latency_table import (
@@ -50,7 +48,7 @@ from export.latency_table import (
     macs,
     point_shape,
 )
-from export.timing import measure, progress, runner, session
+from export.timing import measure, runner, session
 
 DEFAULT_SHAPES = ("150", "512", "8x8", "16x16", "28x28")
 
@@ -97,7 +95,7 @@ def network(size: tuple[int, ...], learn: str, rng: torch.Generator | None) -> D
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = harness.parser(__doc__)
     p.add_argument("--shapes", nargs="+", type=shape, default=[shape(s) for s in DEFAULT_SHAPES])
     p.add_argument("--networks", type=int, default=8, help="random networks per shape")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 32])
@@ -128,13 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(opt.threads)
     rng = torch.Generator().manual_seed(opt.seed)
 
-    args = shlex.join(sys.argv[1:] if argv is None else argv)
-    print(f"Command: `python benchmarks/latency_prediction.py {args}`  ")
-    print(f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, {torch.get_num_threads()} "
-          f"torch thread(s), {opt.threads} onnxruntime thread(s); Python "
-          f"{platform.python_version()}, torch {torch.__version__}, onnxruntime "
-          f"{onnxruntime.__version__}; table: {table.header.get('command', '?')} "
-          f"({table.header.get('date', '?')})\n")
+    harness.print_header(
+        __file__, harness.arguments(argv), harness.ORT,
+        machine_note=f", {torch.get_num_threads()} torch thread(s), {opt.threads} onnxruntime "
+        "thread(s)", versions_note=f"; table: {table.header.get('command', '?')} "
+        f"({table.header.get('date', '?')})")
     print("Per shape: the base CCNN_{4,32} and random DNArch networks, exported --no-tune, timed "
           "in turns (median ms). pred/meas: the table's milliseconds over the measured ones; "
           "ratio error: (predicted ms / predicted base ms) / (measured ms / measured base ms), "
@@ -146,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(median, range) | ratio error (median, range) | measured ratio to base (range) |"
           f"{compared}")
     print("|---|---|---|---|---|---|---|" + "---|" * len(opt.compare))
-    bar = progress(None, total=len(opt.shapes) * (opt.networks + 1))
+    shown = bar(None, total=len(opt.shapes) * (opt.networks + 1))
     for size in opt.shapes:
         models = [network(size, "none", None)]
         models += [network(size, "KRWD", rng) for _ in range(opt.networks)]
@@ -155,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             g, a = untrained_export(m)
             graphs.append(g)
             archs.append(a)
-            bar.update()
+            shown.update()
         for b in opt.batch:
             x = torch.randn(b, 1, *size).numpy()
             fns = [runner(session(g, opt.threads), {g.graph.input[0].name: x}) for g in graphs]
@@ -166,12 +162,12 @@ def main(argv: list[str] | None = None) -> int:
             label = "x".join(map(str, size))
             others_errors = "".join(f" {ratio_error(predicted(archs, t, b), meas)} |"
                                     for t in others)
-            bar.write(
+            shown.write(
                 f"| {label} | {b} | {meas[0]:.4f} | {err[0]:.2f} | {statistics.median(err[1:]):.2f}"
                 f" ({min(err[1:]):.2f}-{max(err[1:]):.2f}) | "
                 f"{ratio_error(pred, meas)} | {min(rel):.2f}-{max(rel):.2f} |"
                 f"{others_errors}")
-    bar.close()
+    shown.close()
     folded_table(opt, table)
     channel_table(opt, table)
     return 0

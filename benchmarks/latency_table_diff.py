@@ -7,19 +7,16 @@ did not change show the machine's drift between the two measurements; a kind tha
 beyond them moved because its lowering did.
 
     git show d122d14~1:dnarch_deploy/data/latency_default.json > /tmp/old.json
-    python benchmarks/latency_table_diff.py /tmp/old.json dnarch_deploy/data/latency_default.json
+    python -m benchmarks.latency_table_diff /tmp/old.json dnarch_deploy/data/latency_default.json
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dnarch_deploy.latency import LatencyTable  # noqa: E402
+from benchmarks import harness
+from dnarch_deploy.latency import LatencyTable
 
 
 def ratios(old: LatencyTable, new: LatencyTable) -> dict[tuple[int, str], list[float]]:
@@ -35,7 +32,7 @@ def ratios(old: LatencyTable, new: LatencyTable) -> dict[tuple[int, str], list[f
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = harness.parser(__doc__)
     p.add_argument("old", help="the earlier table (JSON)")
     p.add_argument("new", help="the later table (JSON)")
     opt = p.parse_args(argv)

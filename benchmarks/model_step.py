@@ -17,8 +17,8 @@ over every copy's repetitions:
 - half-R, half-W: the same cost ratio reached with one mask kind only (diagnostics: which savings
           of the cost model turn into time).
 
-    python benchmarks/model_step.py            # writes benchmarks/results/model_step.md
-    python benchmarks/model_step.py --quick    # a fast sanity run (nothing written)
+    python -m benchmarks.model_step            # writes benchmarks/results/model_step.md
+    python -m benchmarks.model_step --quick    # a fast sanity run (nothing written)
 
 Targets (reported, not asserted): init step <= 1.05x base (the budget issue: the search may not
 slow the training step by more than 5 % at the base size); half-cost step <= 0.7x base.
@@ -26,28 +26,23 @@ slow the training step by more than 5 % at the base size); half-cost step <= 0.7
 
 from __future__ import annotations
 
-import argparse
 import copy
-import dataclasses
 import os
-import platform
-import shlex
 import statistics
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from tqdm import tqdm
 
+from benchmarks import harness
 from dnarch_deploy import DNArch, ModelConfig, base_cost, complexity_loss, model_cost
 from dnarch_deploy import masks as M
+from dnarch_deploy.cli import add_fields
 from search.train import flush_denormals, keep_freed_memory
 
-RESULTS = Path(__file__).parent / "results" / "model_step.md"
 TARGETS = {"init": 1.05, "half": 0.7}
 SHAPES = {  # name: (input_size, in_channels, classes)
     "1-D L=784": ((784,), 1, 10),  # sequential MNIST
@@ -72,7 +67,7 @@ class Options:
     devices: str = "auto"  # "cpu", "cuda", or "auto": cpu, plus cuda when available
     seed: int = 0
     quick: bool = False  # 1-D only, H=32, small batch, 3 repetitions; nothing written
-    out: str = str(RESULTS)  # the markdown table is written here (not with --quick)
+    out: str = str(harness.results_file(__file__))  # the markdown table (not with --quick)
 
 
 def set_scale(model: DNArch, s: float, kinds: str) -> None:
@@ -217,32 +212,21 @@ def bench_setting(shape: str, width: int, device: torch.device, opt: Options, ba
     return rows
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    text = (
-        f"CPU: {cpu}, {os.cpu_count()} cores, torch.get_num_threads()={torch.get_num_threads()}"
-        f", load average {os.getloadavg()[0]:.1f} at the start; python "
-        f"{platform.python_version()}, torch {torch.__version__}"
-    )
-    if torch.cuda.is_available():
-        text += f"; CUDA: {torch.cuda.get_device_name()}"
-    return text
+def host(argv: list[str]) -> list[str]:
+    """The report's header, taken before the run: the load average is that of the other jobs."""
+    cuda = f"; CUDA: {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
+    return harness.header(
+        __file__, argv, machine_note=f", torch.get_num_threads()={torch.get_num_threads()}, load "
+        f"average {os.getloadavg()[0]:.1f} at the start{cuda}")
 
 
-def table(rows: list[dict], opt: Options, command: str, host: str) -> str:
+def table(rows: list[dict], opt: Options, head: list[str]) -> str:
     lines = [
         "# DNArch training step vs the base CCNN",
         "",
-        host,
+        *head,
         "",
-        f"`{command}`: step = forward + cross-entropy (+ {opt.lam} x L_comp for DNArch) + "
+        f"Step = forward + cross-entropy (+ {opt.lam} x L_comp for DNArch) + "
         f"backward, batch {opt.batch}, D={opt.depth}; {opt.instances} independent copies of "
         f"each network (same weights), {opt.reps} repetitions of each, all interleaved, after "
         f"{opt.warmup} warm-up steps each; `step ms` and `step / base` are medians over every "
@@ -274,13 +258,8 @@ def table(rows: list[dict], opt: Options, command: str, host: str) -> str:
 
 
 def parse(argv=None) -> Options:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for f in dataclasses.fields(Options):
-        if f.type == "bool":
-            parser.add_argument(f"--{f.name}", action="store_true")
-        else:
-            kind = {"int": int, "float": float, "str": str}[f.type]
-            parser.add_argument(f"--{f.name}", type=kind, default=f.default)
+    parser = harness.parser(__doc__)
+    add_fields(parser, Options)
     opt = Options(**vars(parser.parse_args(argv)))
     widths = opt.widths.split(",")
     if not all(w.isdigit() and int(w) > 0 for w in widths):
@@ -304,19 +283,13 @@ def main(argv=None) -> None:
     shapes = list(SHAPES)[:1] if opt.quick else list(SHAPES)
     widths = [int(w) for w in opt.widths.split(",")]
     settings = [(d, s, w) for d in devices for s in shapes for w in widths]
-    host = machine()  # before the run: the load average is that of the other jobs
+    head = host(harness.arguments(argv))  # before the run
     rows = []
     quiet = bool(os.environ.get("CI"))
     with tqdm(total=len(settings) * opt.reps, desc="model_step", disable=quiet) as bar:
         for device, shape, width in settings:
             rows += bench_setting(shape, width, torch.device(device), opt, bar)
-    args = sys.argv[1:] if argv is None else list(argv)
-    command = shlex.join(["python", "benchmarks/model_step.py", *args])
-    text = table(rows, opt, command, host)
-    print(text)
-    if not opt.quick:
-        Path(opt.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(opt.out).write_text(text)
+    harness.publish(table(rows, opt, head), None if opt.quick else opt.out)
 
 
 if __name__ == "__main__":

@@ -7,42 +7,31 @@ torch.matmul folds the batch into one product and copies x transposed to do it.
 
 Per shape: one layer's forward and forward + backward. Then whole training steps of the default
 search's model (``python -m search.run`` on ucr:GunPoint, and on ucr:ACSF1's 1460 samples:
-forward, task loss + lambda L_comp, backward, as ``benchmarks/model_step.py`` times them) with one
+forward, task loss + lambda L_comp, backward, as ``benchmarks.model_step`` times them) with one
 form or the other swapped in. Forms take turns (:func:`export.timing.measure`); medians.
 
-    python benchmarks/pointwise_forms.py          # writes benchmarks/results/pointwise_forms.md
-    python benchmarks/pointwise_forms.py --quick  # a fast sanity run (nothing written)
+    python -m benchmarks.pointwise_forms          # writes benchmarks/results/pointwise_forms.md
+    python -m benchmarks.pointwise_forms --quick  # a fast sanity run (nothing written)
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import os
-import platform
-import shlex
-import sys
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "benchmarks"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+import dnarch_deploy.model as model_module
+from benchmarks import harness
+from benchmarks.model_step import make_step
+from dnarch_deploy import DNArch
+from export.timing import measure
+from search.config import SearchConfig
+from search.resolve import model_config
+from search.tasks import TaskError, load_task
+from search.train import flush_denormals, split_tensors
 
-from model_step import make_step  # noqa: E402
-
-import dnarch_deploy.model as model_module  # noqa: E402
-from dnarch_deploy import DNArch  # noqa: E402
-from dnarch_deploy.latency import cpu_model  # noqa: E402
-from export.timing import measure  # noqa: E402
-from search.config import SearchConfig  # noqa: E402
-from search.tasks import TaskError, load_task  # noqa: E402
-from search.train import flush_denormals, model_config, split_tensors  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results" / "pointwise_forms.md"
 SHAPES = [  # (batch, in, out, positions): GunPoint, a longer sequence, a 28x28 image
     (32, 32, 32, 150), (32, 64, 64, 150), (32, 32, 32, 1460), (32, 32, 32, 784),
 ]
@@ -120,10 +109,8 @@ def report(rows: list[dict], argv: list[str], threads: int, reps: int) -> str:
     lines = [
         "# The training model's 1x1 convolutions: torch.matmul against bmm with an expanded "
         "weight", "",
-        f"Command: `{shlex.join(['python', 'benchmarks/pointwise_forms.py', *argv])}`",
-        f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {threads}, load "
-        f"average {os.getloadavg()[0]:.1f} at the end; Python {platform.python_version()}, "
-        f"torch {torch.__version__}.",
+        *harness.header(__file__, argv, machine_note=f", torch threads {threads}, load average "
+                        f"{os.getloadavg()[0]:.1f} at the end"),
         f"Forms take turns in bursts (export.timing.measure); median ms of {reps} "
         "repetitions. step = forward + backward. "
         "diff: the largest absolute difference between the two forms' outputs.", "",
@@ -141,8 +128,8 @@ def report(rows: list[dict], argv: list[str], threads: int, reps: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    argv = harness.arguments(argv)
+    parser = harness.parser(__doc__)
     parser.add_argument("--reps", type=int, default=41, help="timed repetitions per form")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
     parser.add_argument("--quick", action="store_true", help="one shape, 3 repetitions, "
@@ -150,12 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default="ucr:GunPoint,ucr:ACSF1",
                         help="whose default search's training step to time, comma-separated "
                         "(--quick: ucr:GunPoint)")
-    parser.add_argument("--out", default=str(RESULTS))
+    harness.add_report(parser, __file__)
     args = parser.parse_args(argv)
     if args.reps < 1 or args.threads < 0:
         parser.error(f"--reps must be >= 1 and --threads >= 0, got {args.reps}, {args.threads}")
-    if not args.quick and not Path(args.out).parent.is_dir():
-        parser.error(f"--out: no folder {Path(args.out).parent} to write {Path(args.out).name} in")
+    if not args.quick:
+        harness.check_report(parser, args.out, make_folder=False)
     tasks = {}  # loaded before any timing: an unknown task is one message
     for name in ["ucr:GunPoint"] if args.quick else [t for t in args.tasks.split(",") if t]:
         try:
@@ -168,11 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     reps = 3 if args.quick else args.reps
     rows = layer_rows(reps, SHAPES[:1] if args.quick else SHAPES)
     rows.extend(model_row(reps, name, task) for name, task in tasks.items())
-    text = report(rows, argv, torch.get_num_threads(), reps)
-    print(text)
-    if not args.quick:
-        Path(args.out).write_text(text)
-        print(f"wrote {args.out}")
+    harness.publish(report(rows, argv, torch.get_num_threads(), reps),
+                    None if args.quick else args.out)
     return 0
 
 

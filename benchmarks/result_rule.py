@@ -1,33 +1,28 @@
 """Does the result rule earn its keep? The round it chose against the last round, on finished runs.
 
-search.train.is_result picks the latest validation round whose metric is within one standard error
+search.result.is_result picks the latest validation round whose metric is within one standard error
 of the best (among rounds within the budget); the metric is the round's own in runs before the
-rule averaged it over the last rounds (search.train.smoothed). On a 7- to 13-sample validation
+rule averaged it over the last rounds (search.result.smoothed). On a 7- to 13-sample validation
 split the round's own metric often picks an early round. This script asks what the simplest
 alternative, the last round, would have scored on the test split. It trains nothing: for each
 finished run directory it reads the chosen round's test metric from summary.json and evaluates the
 last round's weights (checkpoints/model.safetensors) on the same test split, when that round fits
 the budget. Rows group the runs by task and --learn; mean ± std over seeds.
 
-    python benchmarks/result_rule.py RUN_DIR [RUN_DIR ...] --results OUT.md
+    python -m benchmarks.result_rule RUN_DIR [RUN_DIR ...] --results OUT.md
 """
 
 from __future__ import annotations
 
-import argparse
-import platform
 import statistics
 import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from dnarch_deploy import rundir as R  # noqa: E402
-from search.train import evaluate, evaluate_shipped, split_tensors  # noqa: E402
+from benchmarks import harness
+from dnarch_deploy import rundir as R
+from search.train import evaluate, evaluate_shipped, split_tensors
 
 
 def compare(run_dir: Path) -> dict:
@@ -61,19 +56,18 @@ def fmt(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} ± {std:.3f}"
 
 
-def report(rows: list[dict], command: str) -> str:
+def report(rows: list[dict], head: list[str]) -> str:
     groups: dict[str, list[dict]] = {}
     for row in rows:
         groups.setdefault(row["group"], []).append(row)
     lines = [
         "# The result rule against the last round",
         "",
-        "Test metric of the round search.train.is_result chose (the latest within one standard "
+        "Test metric of the round search.result.is_result chose (the latest within one standard "
         "error of the best validation metric, within the budget) and of the run's last round, "
         "evaluated from its saved weights; mean ± std over the runs of a row.",
         "",
-        f"Command: `{command}`  ",
-        f"Versions: Python {platform.python_version()}, torch {torch.__version__}.",
+        *head,
         "",
         "| task --learn | runs | chose an earlier round | chosen round | last round "
         "| last − chosen |",
@@ -98,11 +92,11 @@ def report(rows: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = harness.parser(__doc__)
     parser.add_argument("run_dirs", nargs="+", type=Path, help="finished search.run directories")
-    parser.add_argument("--results", type=Path, help="markdown file to write")
-    args = parser.parse_args()
+    harness.add_report(parser, flag="--results")
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:
         for run_dir in args.run_dirs:  # every directory checked before any work
@@ -111,13 +105,10 @@ def main() -> int:
     except R.RunError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    parents = sorted({str(d.resolve().parent) for d in args.run_dirs})
-    command = (f"python benchmarks/result_rule.py RUN_DIR ... ({len(args.run_dirs)} run "
-               f"directories in {', '.join(parents)})")
-    text = report(rows, command)
-    print(text)
-    if args.results:
-        args.results.write_text(text)
+    parents = sorted({harness.portable(str(d.resolve().parent)) for d in args.run_dirs})
+    head = harness.header(__file__, ["RUN_DIR", "..."], command_note=f" ({len(args.run_dirs)} "
+                          f"run directories in {', '.join(parents)})")
+    harness.publish(report(rows, head), args.results)
     return 0
 
 

@@ -1,30 +1,27 @@
 """Is a trained run limited by its features or by its head? Refit the head by ridge and see.
 
-MiniRocket classifies its pooled features with a ridge classifier fitted on train + val. This
-takes finished classification runs (any `search.run` output, e.g. `benchmarks/ucr_quality.py`'s
-``--out``), builds the network export ships (BatchNorm calibrated on the training inputs,
+MiniRocket classifies its pooled features with a ridge classifier fitted on train + val. This takes
+finished classification runs (any `search.run` output, e.g. `benchmarks.ucr_quality`'s ``--out``),
+builds the network export ships (BatchNorm calibrated on the training inputs,
 :func:`dnarch_deploy.calibration.calibrate`), reads the pooled features its linear head reads
 (:meth:`DNArch.pooled`, which :meth:`DNArch.head` maps to the logits) on every split, and fits
-sklearn's ``RidgeClassifierCV`` with the penalties of `ucr_quality.py`'s MiniRocket (chosen by
-leave-one-out) on the standardised features of the training split, then of train + val. Per run:
-test accuracy of the trained head, recomputed as shipped (summary.json's figure for runs scored
-as shipped), and of both refits; per set, mean ± std over the runs. A refit on the training
-split that lifts accuracy says the features held more than the trained head used; on train + val
-the refit also has the 20 % more series the search held out. A refit that ties says this linear
-head, at least, finds no more in the features. A refit head is a linear map on the same
-features, so export could ship it exactly; this script only measures. With ``--blocks every``
-the refits read every block's output, each pooled as the head pools the last, concatenated: do
-the earlier blocks hold what the last one lost? (The trained head's column is unchanged.)
+sklearn's ``RidgeClassifierCV`` with the penalties of `benchmarks.ucr_quality`'s MiniRocket (chosen
+by leave-one-out) on the standardised features of the training split, then of train + val. Per run:
+test accuracy of the trained head, recomputed as shipped (summary.json's figure for runs scored as
+shipped), and of both refits; per set, mean ± std over the runs. A refit on the training split that
+lifts accuracy says the features held more than the trained head used; on train + val the refit
+also has the 20 % more series the search held out. A refit that ties says this linear head, at
+least, finds no more in the features. A refit head is a linear map on the same features, so export
+could ship it exactly; this script only measures. With ``--blocks every`` the refits read every
+block's output, each pooled as the head pools the last, concatenated: do the earlier blocks hold
+what the last one lost? (The trained head's column is unchanged.)
 
-    python benchmarks/ridge_head.py RUN_DIR [RUN_DIR ...] [--blocks every] --results FILE
+    python -m benchmarks.ridge_head RUN_DIR [RUN_DIR ...] [--blocks every] --results FILE
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import platform
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -32,16 +29,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "benchmarks"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from search_quality import fmt  # noqa: E402
-from ucr_quality import RIDGE_PENALTIES  # noqa: E402
-
-from dnarch_deploy import rundir as R  # noqa: E402
-from dnarch_deploy.tasks import TaskError  # noqa: E402
+from benchmarks import harness
+from benchmarks.harness import fmt
+from benchmarks.ucr_quality import RIDGE_PENALTIES
+from dnarch_deploy import rundir as R
+from dnarch_deploy.tasks import TaskError
 
 
 @torch.no_grad()
@@ -106,17 +98,13 @@ def refit(run: R.Run, every_block: bool = False) -> dict:
                                         np.concatenate([y_tr, y_va]), x_te, y_te)}
 
 
-def report(rows: list[dict], seconds: float, every_block: bool = False) -> str:
-    import sklearn
-
-    from dnarch_deploy.latency import cpu_model
-
+def report(rows: list[dict], seconds: float, every_block: bool = False,
+           argv: list[str] = ()) -> str:
     lines = [
         "# The head refit by ridge on the shipped network's pooled features",
         "",
-        f"Command: `python benchmarks/ridge_head.py {shlex.join(sys.argv[1:])}`  ",
-        f"Machine: {platform.machine()} ({cpu_model()}); Python {platform.python_version()}, torch "
-        f"{torch.__version__}, scikit-learn {sklearn.__version__}; {seconds:.0f} s wall.  ",
+        *harness.header(__file__, argv, ("torch", "scikit-learn"),
+                        versions_note=f"; {seconds:.0f} s wall"),
         "Test accuracy, mean ± std over the runs of each set: the trained head, as shipped, and "
         "`RidgeClassifierCV` (MiniRocket's penalties) on the standardised pooled features "
         + ("of every block's output, concatenated, " if every_block else "")
@@ -140,9 +128,9 @@ def report(rows: list[dict], seconds: float, every_block: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = harness.parser(__doc__)
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
-    p.add_argument("--results", type=Path, help="also write the table here (markdown)")
+    harness.add_report(p, flag="--results")
     p.add_argument("--allow-data-change", action="store_true",
                    help="refit runs whose task data changed since they were trained")
     p.add_argument("--blocks", choices=("last", "every"), default="last",
@@ -156,10 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     every_block = args.blocks == "every"
-    text = report([refit(run, every_block) for run in runs], time.time() - start, every_block)
-    print(text)
-    if args.results:
-        args.results.write_text(text)
+    text = report([refit(run, every_block) for run in runs], time.time() - start, every_block,
+                  harness.arguments(argv))
+    harness.publish(text, args.results)
     return 0
 
 

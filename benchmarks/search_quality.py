@@ -6,8 +6,8 @@ their summary.json, metrics.jsonl and architecture.json. Runs are independent pr
 a time (--jobs), one thread each. A finished run directory is reused, an interrupted one resumed
 from its last checkpoint: after a crash, the same command loses at most one epoch per run.
 
-    python benchmarks/search_quality.py --seeds 5                    # the table in README
-    python benchmarks/search_quality.py --quick --out /tmp/quality   # a fast sanity run
+    python -m benchmarks.search_quality --seeds 5                    # the table in README
+    python -m benchmarks.search_quality --quick --out /tmp/quality   # a fast sanity run
 
 Writes benchmarks/results/search_quality.md (and prints it). Settings are CPU-scale (one to two
 minutes of training per run on a 2-core machine); they are printed in the results file.
@@ -15,35 +15,23 @@ minutes of training per run on a 2-core machine); they are printed in the result
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import platform
-import re
-import shlex
 import statistics
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
+from benchmarks import harness
+from benchmarks.harness import code_state, fmt
+from search.config import parse_args
+from search.jobs import Run, set_flag
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # `python benchmarks/search_quality.py` from the repository root
-    sys.path.insert(0, str(ROOT))
-
-from search.config import parse_args  # noqa: E402  (no torch import: cheap)
-from search.jobs import Run, execute, set_flag  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "search_quality.md"
 # variant -> (--learn, more flags); "λ=0" is the paper's §3.1 setting: no budget at all
 VARIANTS = {"CCNN (base)": ("none", ()), "DNArch(K)": ("K", ()), "DNArch(K,R)": ("KR", ()),
-            "DNArch(K,R) λ=0": ("KR", ("--lam", "0")), "DNArch(K,R,W,D)": ("KRWD", ()),
-            "DNArch(K,R,W,D) ramp": ("KRWD", ("--lam-ramp", "0.3"))}
+            "DNArch(K,R) λ=0": ("KR", ("--lam", "0")), "DNArch(K,R,W,D)": ("KRWD", ())}
 BASE, FULL, FREE, KONLY = "CCNN (base)", "DNArch(K,R,W,D)", "DNArch(K,R) λ=0", "DNArch(K)"
 COMMON = ["--depth", "4", "--width", "32"]  # the base CCNN_{4,32} (the paper: CCNN_{4,140})
 EARLY = 0.1  # the complexity ratio must be within +-10% after this share of the steps (fig. 7)
@@ -136,7 +124,7 @@ def plan_runs(out: Path, table: dict[str, Setting], tasks: list[str], variants: 
         for seed in range(seeds):
             for variant in order:
                 learn, more_flags = VARIANTS[variant]
-                slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", key).strip("-")
+                slug = harness.slug(key)
                 flags = ["--task", s.task, "--learn", learn, "--seed", str(seed), *COMMON,
                          *more_flags, *extra]
                 tag = "".join(f"-{f.lstrip('-').replace('-', '')}{v}"
@@ -164,7 +152,7 @@ def lowest_resolution(summary: dict) -> float:
 
 
 def describe_arch(run_dir: Path) -> str:
-    """One line: what the masks learned (R may be left out: search.train.learned), depth, stream
+    """One line: what the masks learned (R may be left out: search.resolve.learned), depth, stream
     width, and per block kernel size, resolution, widths."""
     a = json.loads((run_dir / "architecture.json").read_text())
 
@@ -179,22 +167,6 @@ def describe_arch(run_dir: Path) -> str:
             f"{a['max_width']} (input {axes(a['input_size'])}): {blocks}")
 
 
-def code_state() -> str:
-    """The commit, and one digest of the Python files the runs execute (dnarch_deploy/, search/;
-    committed or not), so a later reader can tell whether the code has changed since."""
-    import hashlib
-
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, cwd=ROOT, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        head = "unknown"
-    digest = hashlib.sha256()
-    for path in sorted([*ROOT.glob("dnarch_deploy/**/*.py"), *ROOT.glob("search/**/*.py")]):
-        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
-    return f"git HEAD {head}; sha256 of dnarch_deploy/ and search/ *.py {digest.hexdigest()[:12]}"
-
-
 def code_line(invocations: list[dict]) -> str:
     """The code the reported runs were trained with (recorded when each invocation started; the
     code at the time of writing the table when an older timings file has no record)."""
@@ -202,105 +174,124 @@ def code_line(invocations: list[dict]) -> str:
     return "; ".join(states) if states else code_state()
 
 
-def fmt(values: list[float], digits: int = 3) -> str:
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+@dataclass
+class Findings:
+    """What the table's rows add up to, for the targets."""
+
+    verdicts: list[str] = field(default_factory=list)  # per task: DNArch(K,R,W,D) against base
+    ratio_ok: list[bool] = field(default_factory=list)  # per full run: final ratio in range
+    early_ok: list[bool] = field(default_factory=list)  # per full run: ratio steady early
+    walls: list[str] = field(default_factory=list)  # per task: full / base training time
+    archs: list[str] = field(default_factory=list)  # one line per task and variant shown
+    free_lines: list[str] = field(default_factory=list)  # per task: λ = 0 against the base
+    crop_tasks: list[str] = field(default_factory=list)  # tasks where most full runs crop
+    wide_wins: list[str] = field(default_factory=list)  # tasks won by more than one std
 
 
-def report(args, table: dict[str, Setting], runs: list[Run], results: dict, failed: dict,
-           timings: dict) -> str:
-    import torch
+def variant_row(key: str, variant: str, runs: list[Run], results: dict, failed: dict,
+                found: Findings) -> tuple[str, tuple | None]:
+    """The table's row of one task and variant, and its (mean metric, higher is better, a
+    summary, std or None, ratios) for the comparisons (None: no run finished)."""
+    mine = [r for r in runs if r.key == key and r.variant == variant]
+    done = [r for r in mine if r.run_dir in results]
+    lost = [r for r in mine if r.run_dir in failed]
+    if not done:
+        return f"| {key} | {variant} | failed |" + " |" * 10, None
+    rs = [results[r.run_dir] for r in done]
+    metric = [s["test_metric"] for s in rs]
+    ratio = [s["complexity_ratio"] for s in rs]
+    dev = [trajectory(r.run_dir) for r in done]
+    lowest = [lowest_resolution(s) for s in rs]
+    cropping = sum(v < 1.0 for v in lowest)
+    note = f" ({len(lost)} failed)" if lost else ""
+    row = (f"| {key} | {variant} | {rs[0]['metric_name']} {fmt(metric)}{note} "
+           f"| {fmt(ratio)} | {fmt(dev)} | {fmt([s['vs_base']['distance'] for s in rs], 2)} "
+           f"| {fmt(lowest, 2)} | {cropping} of {len(rs)} | {fmt([s['params'] for s in rs], 0)} "
+           f"| {fmt([s['macs'] / 1e6 for s in rs], 2)} "
+           f"| {fmt([s['wall_seconds'] for s in rs], 0)} |")
+    if variant == FULL:
+        found.ratio_ok += [0.95 <= v <= 1.05 for v in ratio]
+        found.early_ok += [d <= 0.10 for d in dev]
+        if 2 * cropping > len(rs):
+            found.crop_tasks.append(key)
+    if variant in (FULL, FREE):
+        found.archs.append(f"- {key}, {variant} (seed {done[0].seed}): "
+                           f"{describe_arch(done[0].run_dir)}")
+    spread = statistics.stdev(metric) if len(metric) > 1 else None
+    return row, (statistics.mean(metric), rs[0]["higher_is_better"], rs[0], spread, ratio)
 
+
+def compare_variants(key: str, means: dict, runs: list[Run], results: dict,
+                     found: Findings) -> None:
+    """One task's comparisons: DNArch(K,R,W,D) against the base, and the base against
+    DNArch(K,R) without a budget (with DNArch(K)'s cost beside it)."""
+    if BASE in means and FULL in means:
+        (b, higher, _, b_std, _), (f, _, summ, f_std, _) = means[BASE], means[FULL]
+        better = f > b if higher else f < b
+        wide = b_std is not None and f_std is not None and abs(f - b) > max(b_std, f_std)
+        found.wide_wins += [key] if better and wide else []
+        found.verdicts.append(f"{key} {'beats' if better else 'loses'} "
+                              f"({summ['metric_name']} {f:.3f} vs {b:.3f}"
+                              f"{', by more than one std' if wide else ', inside one std'})")
+    if BASE in means and FREE in means and KONLY in means:
+        (b, higher, _, _, _), (f, _, summ, _, ratio) = means[BASE], means[FREE]
+        k_ratio = statistics.mean(means[KONLY][4])
+        found.free_lines.append(
+            f"{key}: cost {statistics.mean(ratio):.2f}x the base (DNArch(K) "
+            f"{k_ratio:.2f}x), {summ['metric_name']} {f:.3f} vs base {b:.3f} "
+            f"({'≥' if (f >= b if higher else f <= b) else '<'} base)")
+
+        def wall(variant: str) -> float:
+            return statistics.mean(results[r.run_dir]["wall_seconds"] for r in runs
+                                   if r.key == key and r.variant == variant
+                                   and r.run_dir in results)
+
+        found.walls.append(f"{key} {wall(FULL) / wall(BASE):.2f}x")
+
+
+def results_table(args, runs: list[Run], results: dict, failed: dict
+                  ) -> tuple[list[str], Findings]:
+    """The table: per task and variant, mean ± std over seeds of each figure."""
     lines = [
         "| task | model | test metric (mean ± std) | complexity ratio | max \\|ratio − 1\\| "
         "after 10% | distance from base | lowest R | cropping runs | params | MMACs | train s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    verdicts, ratio_ok, early_ok, walls, archs = [], [], [], [], []
-    free_lines, crop_tasks, wide_wins = [], [], []
+    found = Findings()
     for key in args.tasks:
         means = {}
         for variant in args.variants:
-            mine = [r for r in runs if r.key == key and r.variant == variant]
-            done = [r for r in mine if r.run_dir in results]
-            lost = [r for r in mine if r.run_dir in failed]
-            if not done:
-                lines.append(f"| {key} | {variant} | failed |" + " |" * 10)
-                continue
-            rs = [results[r.run_dir] for r in done]
-            metric = [s["test_metric"] for s in rs]
-            ratio = [s["complexity_ratio"] for s in rs]
-            means[variant] = (statistics.mean(metric), rs[0]["higher_is_better"], rs[0],
-                              statistics.stdev(metric) if len(metric) > 1 else None, ratio)
-            dev = [trajectory(r.run_dir) for r in done]
-            distance = [s["vs_base"]["distance"] for s in rs]
-            lowest = [lowest_resolution(s) for s in rs]
-            cropping = sum(v < 1.0 for v in lowest)
-            note = f" ({len(lost)} failed)" if lost else ""
-            lines.append(
-                f"| {key} | {variant} | {rs[0]['metric_name']} {fmt(metric)}{note} "
-                f"| {fmt(ratio)} | {fmt(dev)} | {fmt(distance, 2)} | {fmt(lowest, 2)} "
-                f"| {cropping} of {len(rs)} | {fmt([s['params'] for s in rs], 0)} "
-                f"| {fmt([s['macs'] / 1e6 for s in rs], 2)} "
-                f"| {fmt([s['wall_seconds'] for s in rs], 0)} |")
-            if variant == FULL:
-                ratio_ok += [0.95 <= v <= 1.05 for v in ratio]
-                early_ok += [d <= 0.10 for d in dev]
-                if 2 * cropping > len(rs):
-                    crop_tasks.append(key)
-            if variant in (FULL, FREE):
-                archs.append(f"- {key}, {variant} (seed {done[0].seed}): "
-                             f"{describe_arch(done[0].run_dir)}")
-        if BASE in means and FULL in means:
-            (b, higher, _, b_std, _), (f, _, summ, f_std, _) = means[BASE], means[FULL]
-            better = f > b if higher else f < b
-            wide = b_std is not None and f_std is not None and abs(f - b) > max(b_std, f_std)
-            wide_wins += [key] if better and wide else []
-            verdicts.append(f"{key} {'beats' if better else 'loses'} "
-                            f"({summ['metric_name']} {f:.3f} vs {b:.3f}"
-                            f"{', by more than one std' if wide else ', inside one std'})")
-        if BASE in means and FREE in means and KONLY in means:
-            (b, higher, _, _, _), (f, _, summ, _, ratio) = means[BASE], means[FREE]
-            k_ratio = statistics.mean(means[KONLY][4])
-            free_lines.append(
-                f"{key}: cost {statistics.mean(ratio):.2f}x the base (DNArch(K) "
-                f"{k_ratio:.2f}x), {summ['metric_name']} {f:.3f} vs base {b:.3f} "
-                f"({'≥' if (f >= b if higher else f <= b) else '<'} base)")
-            base_wall = statistics.mean(results[r.run_dir]["wall_seconds"] for r in runs
-                                        if r.key == key and r.variant == BASE
-                                        and r.run_dir in results)
-            full_wall = statistics.mean(results[r.run_dir]["wall_seconds"] for r in runs
-                                        if r.key == key and r.variant == FULL
-                                        and r.run_dir in results)
-            walls.append(f"{key} {full_wall / base_wall:.2f}x")
+            row, mean = variant_row(key, variant, runs, results, failed, found)
+            lines.append(row)
+            if mean is not None:
+                means[variant] = mean
+        compare_variants(key, means, runs, results, found)
+    return lines, found
 
-    command = shlex.join(["python", "benchmarks/search_quality.py", *sys.argv[1:]])
+
+SHOWN = ("lam", "lr", "mask_lr", "weight_decay", "warmup", "dropout", "batch_size", "steps",
+         "epochs", "shift", "jitter", "label_smoothing", "input_norm", "restarts", "omega_0",
+         "tau_resolution", "tau_width", "tau_depth")  # the defaults the report lists
+
+
+def header_lines(args, runs: list[Run], results: dict, timings: dict,
+                 argv: list[str]) -> list[str]:
+    """The title, what was compared, the command, machine, time, settings and code."""
     defaults = parse_args([])[0].to_dict()
-    shown = ("lam", "lam_ramp", "lr", "mask_lr", "weight_decay", "warmup", "dropout", "batch_size",
-             "steps", "epochs", "shift", "jitter", "label_smoothing", "mixup", "input_norm",
-             "restarts", "omega_0", "tau_resolution", "tau_width", "tau_depth", "embed_dim")
-    in_effect = ", ".join(f"{k} {defaults[k]}" for k in shown)
     names = {r.run_dir.name for r in runs if r.run_dir in results}
     per_run = sum(v for k, v in timings["runs"].items() if k in names)
     trained = [i for i in timings["invocations"] if i["trained"]]
-    header = [
+    return [
         "# Search quality: the paper's comparison at CPU scale",
         "",
         "Base CCNN (`--learn none`) against DNArch learning kernel sizes (K), + resolution (R), "
         "+ width and depth (W, D), all at the same budget (C_target = the base CCNN's cost), "
         "same settings, same seeds; each cell is the mean ± std over seeds of the run's "
         "summary.json (test metric at the best validation epoch). DNArch(K,R) λ=0 is the "
-        "paper's §3.1 setting: resolution learned with no budget at all (`--lam 0`); "
-        "DNArch(K,R,W,D) ramp grows λ from 0 over the first 30% of the steps "
-        "(`--lam-ramp 0.3`, paper §5).",
+        "paper's §3.1 setting: resolution learned with no budget at all (`--lam 0`).",
         "",
-        f"Command: `{command}`  ",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other work, "
-        f"{args.jobs} runs at a time, 1 thread each; Python {platform.python_version()}, "
-        f"torch {torch.__version__}.  ",
+        *harness.header(__file__, argv, machine_note=f", shared with other work, {args.jobs} "
+                        "runs at a time, 1 thread each"),
         f"Time: the {len(results)} runs reported took {per_run / 60:.1f} min of run processes "
         f"(start-up, training, validation, test), about {per_run / 60 / args.jobs:.0f} min wall "
         f"at {args.jobs} at a time. Invocations that trained them: "
@@ -313,17 +304,19 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
         "every other flag at its `python -m search.run` default unless listed below"
         + (" (**--quick: 2 epochs, 1 seed**)" if args.quick else "")
         + (f"; **every run also** `{args.extra}`" if args.extra else "") + ".  ",
-        f"Defaults in effect: {in_effect}.  ",
+        f"Defaults in effect: {', '.join(f'{k} {defaults[k]}' for k in SHOWN)}.  ",
         f"Code: {code_line(trained)}.",
-        "",
-        "| task | `--task` | extra flags | what is CPU-scale |",
-        "|---|---|---|---|",
     ]
+
+
+def settings_lines(args, table: dict[str, Setting]) -> list[str]:
+    """Per task its --task and flags, then what each column means."""
+    lines = ["", "| task | `--task` | extra flags | what is CPU-scale |", "|---|---|---|---|"]
     for key in args.tasks:
         s = table[key]
         task = f"npz:OUT/data/{MNIST_FILE}" if s.task.startswith("npz:") else s.task
-        header.append(f"| {key} | `{task}` | `{' '.join(s.flags) or '(none)'}` | {s.note} |")
-    header += [
+        lines.append(f"| {key} | `{task}` | `{' '.join(s.flags) or '(none)'}` | {s.note} |")
+    return lines + [
         "",
         "Columns: *complexity ratio* is C/C_target of the architecture at the best validation "
         "epoch (the one reported); *max |ratio − 1| after 10%* is the largest deviation over "
@@ -339,46 +332,60 @@ def report(args, table: dict[str, Setting], runs: list[Run], results: dict, fail
         "noisy.",
         "",
     ]
-    targets = [
+
+
+def target_lines(found: Findings, failed: dict) -> list[str]:
+    lines = [
         "## Targets",
         "",
-        f"- DNArch(K,R,W,D) final complexity ratio in [0.95, 1.05]: {sum(ratio_ok)} of "
-        f"{len(ratio_ok)} runs.",
+        f"- DNArch(K,R,W,D) final complexity ratio in [0.95, 1.05]: {sum(found.ratio_ok)} of "
+        f"{len(found.ratio_ok)} runs.",
         f"- DNArch(K,R,W,D) complexity ratio within ±10% after the first 10% of training: "
-        f"{sum(early_ok)} of {len(early_ok)} runs.",
+        f"{sum(found.early_ok)} of {len(found.early_ok)} runs.",
         f"- DNArch(K,R,W,D) beats the base CCNN (mean over seeds) on "
-        f"{sum('beats' in v for v in verdicts)} of {len(verdicts)} tasks, by more than one "
-        f"std on {len(wide_wins)}: " + "; ".join(verdicts) + ".",
+        f"{sum('beats' in v for v in found.verdicts)} of {len(found.verdicts)} tasks, by more "
+        f"than one std on {len(found.wide_wins)}: " + "; ".join(found.verdicts) + ".",
         f"- DNArch(K,R,W,D) crops resolution in at least one block (in most seeds) on "
-        f"{len(crop_tasks)} of {len(verdicts)} tasks" + (f": {', '.join(crop_tasks)}"
-                                                         if crop_tasks else "") + ".",
-        "- DNArch(K,R) without a budget (λ = 0): " + ("; ".join(free_lines) or "not run") + ".",
+        f"{len(found.crop_tasks)} of {len(found.verdicts)} tasks"
+        + (f": {', '.join(found.crop_tasks)}" if found.crop_tasks else "") + ".",
+        "- DNArch(K,R) without a budget (λ = 0): " + ("; ".join(found.free_lines) or "not run")
+        + ".",
         "- DNArch(K,R,W,D) training time / base CCNN training time (mean over seeds): "
-        + ", ".join(walls) + ".",
+        + ", ".join(found.walls) + ".",
     ]
     if failed:
-        targets += ["", "Failed runs: " + ", ".join(p.name for p in failed) + "."]
-    text = "\n".join(header + lines + ["", *targets, "",
-                                        "## Architectures found (DNArch(K,R,W,D), one seed)", "",
-                                        "Per block: kernel size K and resolution R per axis, "
-                                        "widths n_in/n_mid/n_out.", "", *archs]) + "\n"
-    return text
+        lines += ["", "Failed runs: " + ", ".join(p.name for p in failed) + "."]
+    return lines
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/quality", help="where the run directories go")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
+def report(args, table: dict[str, Setting], runs: list[Run], results: dict, failed: dict,
+           timings: dict, argv: list[str] = ()) -> str:
+    rows, found = results_table(args, runs, results, failed)
+    return "\n".join([*header_lines(args, runs, results, timings, argv),
+                      *settings_lines(args, table), *rows, "", *target_lines(found, failed), "",
+                      "## Architectures found (DNArch(K,R,W,D), one seed)", "",
+                      "Per block: kernel size K and resolution R per axis, widths "
+                      "n_in/n_mid/n_out.", "", *found.archs]) + "\n"
+
+
+def read_timings(path: Path) -> dict:
+    """timings.json: the wall time of every run and invocation, across resumes."""
+    timings = json.loads(path.read_text()) if path.exists() else {}
+    if "runs" not in timings:  # an older flat {run: seconds} file
+        timings = {"runs": timings, "invocations": []}
+    return timings
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = harness.arguments(argv)
+    parser = harness.parser(__doc__)
+    harness.add_searches(parser, __file__, out="runs/quality")
     parser.add_argument("--tasks", nargs="*", default=None, help="task keys (default: all)")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--quick", action="store_true", help="2 epochs, 1 seed: a sanity run")
-    parser.add_argument("--extra", default="", help="more search.run flags for every run, for "
-                        "ablations (use another --out), e.g. --extra='--tau-width 50'")
-    parser.add_argument("--results", default=str(RESULTS), help="markdown file to write")
+    harness.add_quick(parser, "2 epochs, 1 seed: a sanity run")
     parser.add_argument("--report-only", action="store_true",
                         help="train nothing: the table from the runs already finished")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.seeds = 1
     out = Path(args.out).resolve()
@@ -396,40 +403,25 @@ def main() -> int:
         generate(table[key].task, args.seeds)
     runs = plan_runs(out, table, args.tasks, args.variants, args.seeds, args.quick,
                      args.extra.split())
-    timings_path = out / "timings.json"  # wall time of every run and invocation, across resumes
-    timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
-    if "runs" not in timings:  # an older flat {run: seconds} file
-        timings = {"runs": timings, "invocations": []}
-    invocation = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
-                  "seconds": 0.0, "trained": 0,  # updated after every run: a crash keeps it
+    if args.report_only:  # runs not finished are left out of the table
+        runs = [r for r in runs if (r.run_dir / "summary.json").exists()]
+    timings_path = out / "timings.json"
+    timings = read_timings(timings_path)
+    invocation = {"started": harness.utc(t0), "seconds": 0.0,
+                  "trained": 0,  # updated after every run: a crash keeps it
                   "code": code_state()}  # at the start: the code the runs load
     timings["invocations"].append(invocation)
     session: dict[str, float] = {}
-    results, failed = {}, {}
-    with ThreadPoolExecutor(args.jobs) as pool, tqdm(total=len(runs), desc="runs",
-                                                      disable=bool(os.environ.get("CI"))) as bar:
-        if args.report_only:  # runs not finished are left out of the table
-            runs = [r for r in runs if (r.run_dir / "summary.json").exists()]
-        futures = {pool.submit(execute, run, session): run for run in runs}
-        for future in as_completed(futures):
-            run = futures[future]
-            try:
-                results[run.run_dir] = future.result()
-            except Exception as e:  # noqa: BLE001 - report every failure, keep the others
-                failed[run.run_dir] = e
-                print(f"FAILED {run.run_dir.name}: {e}", file=sys.stderr)
-            bar.update(1)
-            timings["runs"].update(session)
-            invocation.update(seconds=round(time.time() - t0, 1), trained=len(session),
-                              runs=sorted(session))
-            timings_path.write_text(json.dumps(timings, indent=1) + "\n")
-    invocation.update(seconds=round(time.time() - t0, 1), trained=len(session),
-                      runs=sorted(session))
-    timings_path.write_text(json.dumps(timings, indent=1) + "\n")
-    text = report(args, table, runs, results, failed, timings)
-    print(text)
-    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.results).write_text(text)
+
+    def record(*_) -> None:
+        timings["runs"].update(session)
+        invocation.update(seconds=round(time.time() - t0, 1), trained=len(session),
+                          runs=sorted(session))
+        timings_path.write_text(json.dumps(timings, indent=1) + "\n")
+
+    results, failed = harness.run_jobs(runs, args.jobs, session, after=record)
+    record()
+    harness.publish(report(args, table, runs, results, failed, timings, argv), args.results)
     return 1 if failed else 0
 
 

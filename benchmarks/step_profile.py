@@ -1,5 +1,5 @@
 """Where a training step's time goes: torch.profiler over a few steps of the base CCNN and of
-DNArch at initialisation (benchmarks/model_step.py's step and settings), per device.
+DNArch at initialisation (benchmarks.model_step's step and settings), per device.
 
 On CUDA a DNArch step takes about twice the base's whatever the network's size
 (benchmarks/results/cuda_check.md): the GPU waits on the host. This prints, per variant and per
@@ -7,29 +7,22 @@ step, the operators the host ran, the kernels it launched, the host-device copie
 for the GPU (cudaStreamSynchronize, cudaDeviceSynchronize, blocking copies), then the operators
 that took the most host time, so that a fix can aim at the right ones.
 
-    python benchmarks/step_profile.py --device cuda      # on a GPU machine
-    python benchmarks/step_profile.py --device cpu --steps 2 --top 5
+    python -m benchmarks.step_profile --device cuda      # on a GPU machine
+    python -m benchmarks.step_profile --device cpu --steps 2 --top 5
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
-from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "benchmarks"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from model_step import SHAPES, make_step  # noqa: E402
-
-from dnarch_deploy import DNArch, ModelConfig  # noqa: E402
-from search.train import flush_denormals  # noqa: E402
+from benchmarks import harness
+from benchmarks.model_step import SHAPES, make_step
+from dnarch_deploy import DNArch, ModelConfig
+from search.train import flush_denormals
 
 WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cudaEventSynchronize")
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
@@ -80,7 +73,7 @@ def profile_variant(learn: str, shape: str, width: int, device: torch.device, st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--shape", default=next(iter(SHAPES)), choices=list(SHAPES))
     parser.add_argument("--width", type=int, default=32)
@@ -92,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1 or args.top < 1:
         parser.error("--steps and --top must be >= 1")
     device = torch.device(args.device)
-    flush_denormals()  # as search.run trains and model_step.py times
+    flush_denormals()  # as search.run trains and benchmarks.model_step times
     for learn in ("none", "KRWD"):
         print(profile_variant(learn, args.shape, args.width, device, args.steps, args.top))
     return 0

@@ -1,18 +1,18 @@
 """The residual stream sequence-first: would a 1-D network run faster in onnxruntime with its
 stream laid out (L, B, C) instead of (B, C, L)?
 
-export_profile.py found that about a quarter of the max network's time at batch 32 goes to moving
-data, most of it the four-step FFT convolution's Transposes (export.tactics.MatMulFFTConv): its
-stages contract the positions' slow index, which in (B, C, L) lies between the lines and the fast
-index. With positions outermost, (L, B, C), every stage is a MatMul on a reshape: the first
+benchmarks.export_profile found that about a quarter of the max network's time at batch 32 goes to
+moving data, most of it the four-step FFT convolution's Transposes (export.tactics.MatMulFFTConv):
+its stages contract the positions' slow index, which in (B, C, L) lies between the lines and the
+fast index. With positions outermost, (L, B, C), every stage is a MatMul on a reshape: the first
 contracts the leading axis, the DFT matrices' rows are ordered (bin, real | imaginary) so the
 second stage reads its input as it lies, and the pointwise layers become one MatMul over all
 positions. This script builds both forms of the same residual blocks (a full-resolution depthwise
 convolution with a global kernel, then pointwise, GELU, pointwise, residual add), checks they
-compute the same function, and times them side by side in onnxruntime, with onnxruntime's
-profile by operator kind at the largest batch.
+compute the same function, and times them side by side in onnxruntime, with onnxruntime's profile
+by operator kind at the largest batch.
 
-    python benchmarks/stream_layout.py --length 1024 --channels 64
+    python -m benchmarks.stream_layout --length 1024 --channels 64
 """
 
 from __future__ import annotations
@@ -20,29 +20,21 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shlex
 import sys
-from pathlib import Path
 
-import onnxruntime
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "benchmarks"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from export_profile import ort_by_kind, table  # noqa: E402
-from export_speed import machine, ort_ms  # noqa: E402
-
-from dnarch_deploy.operators import MAX_FACTORS, fft_factors  # noqa: E402
-from export.emit import to_onnx  # noqa: E402
-from export.latency_table import global_taps  # noqa: E402
-from export.static import pointwise  # noqa: E402
-from export.tactics import MatMulFFTConv  # noqa: E402
-from export.timing import batch_sizes  # noqa: E402
+from benchmarks import harness
+from benchmarks.export_profile import ort_by_kind, table
+from benchmarks.export_speed import ort_ms
+from dnarch_deploy.operators import MAX_FACTORS, fft_factors
+from export.emit import to_onnx
+from export.latency_table import global_taps
+from export.static import pointwise
+from export.tactics import MatMulFFTConv
+from export.timing import batch_sizes
 
 
 class SequenceFirstConv(nn.Module):
@@ -134,7 +126,7 @@ def fixed_graphs(today: Blocks, sequence_first: Blocks, x: Tensor) -> list:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = harness.parser(__doc__)
     p.add_argument("--length", type=int, default=1024, help="positions L")
     p.add_argument("--channels", type=int, default=64, help="channels C of every block")
     p.add_argument("--depth", type=int, default=2, help="residual blocks")
@@ -143,9 +135,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="onnxruntime threads")
     p.add_argument("--repeats", type=int, default=40, help="timed calls per form and batch")
     args = p.parse_args(argv)
-    for name in ("length", "channels", "depth", "threads", "repeats"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    harness.at_least_one(p, args, "length", "channels", "depth", "threads", "repeats")
     factors = fft_factors(args.length, global_taps((args.length,))[0], MAX_FACTORS["matmul"])
     if len(factors) != 2:
         p.error(f"--length {args.length}: its FFT is one dense DFT ({factors[0]}), not a four-step "
@@ -163,11 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         want = today(x)
         gap = float((sequence_first(first(x)).permute(1, 2, 0) - want).abs().max()
                     / want.abs().max())
-    flags = shlex.join(sys.argv[1:] if argv is None else argv)
-    print(f"Command: `python benchmarks/stream_layout.py {flags}`")
-    print(f"Machine: {machine()}; Python {sys.version.split()[0]}, torch {torch.__version__}, "
-          f"onnxruntime {onnxruntime.__version__}; {args.threads} thread(s); load average "
-          f"{load_before:.1f} before")
+    print("\n".join(harness.header(
+        __file__, harness.arguments(argv), harness.ORT,
+        machine_note=f"; {args.threads} thread(s); load average {load_before:.1f} before")))
     print(f"{args.depth} residual blocks of {args.channels} channels, L={args.length}, four-step "
           f"grid {today.conv.grid} of factors {today.conv.factors}; the two forms' outputs differ "
           f"by {gap:.1e} of the largest (float32)\n")

@@ -8,18 +8,19 @@ sets without missing values (aeon ships ``_eq`` versions of the unequal ones).
 
     pip download aeon==1.6.0 --no-deps -d /tmp/aeon && unzip -q /tmp/aeon/aeon-*.whl -d /tmp/aeon
     D=/tmp/aeon/aeon/datasets/data/PickupGestureWiimoteZ
-    python benchmarks/ts_to_npz.py $D/PickupGestureWiimoteZ_eq_TRAIN.ts \\
+    python -m benchmarks.ts_to_npz $D/PickupGestureWiimoteZ_eq_TRAIN.ts \\
         $D/PickupGestureWiimoteZ_eq_TEST.ts /tmp/pickup.npz
-    python benchmarks/ucr_quality.py --tasks npz:/tmp/pickup.npz --seeds 3
+    python -m benchmarks.ucr_quality --tasks npz:/tmp/pickup.npz --seeds 3
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks import harness
 
 
 def read_ts(path: Path) -> tuple[np.ndarray, list[str]]:
@@ -69,12 +70,12 @@ def convert(train: Path, test: Path, out: Path) -> dict:
     return {"train": list(x_train.shape), "test": list(x_test.shape), "classes": classes}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = harness.parser(__doc__)
     parser.add_argument("train", type=Path, help="NAME_TRAIN.ts")
     parser.add_argument("test", type=Path, help="NAME_TEST.ts")
     parser.add_argument("out", type=Path, help="the .npz to write")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     try:
         info = convert(args.train, args.test, args.out)
     except (OSError, ValueError) as e:

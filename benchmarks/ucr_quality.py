@@ -5,17 +5,20 @@ For each set of 1-D series (by default the bundled UCR/UEA ones; any UCR/UEA set
 train/val/test):
 - the default search, `python -m search.run --task T --seed S`, no tuning flag (DNArch(K,R,W,D));
 - the base CCNN with the same recipe (`--learn none`);
-- MiniRocket + a ridge classifier (sktime's transformer, fitted on train + val: no selection
-  needed), timed here;
+- MiniRocket as its authors ship it, sktime's own classifier (:func:`minirocket_classifier`:
+  MiniRocket's features, ``StandardScaler(with_mean=False)``, ``RidgeClassifierCV``), fitted on
+  train + val (no selection needed), timed here;
 - a plain 1-D CNN, the FCN of Wang et al. (2017), trained here on train + val (:func:`fcn`);
 - the published 1-NN (Euclidean) and InceptionTime figures of the task table (search/tasks/ucr.py).
 On images (mnist5k, digits, a user's ``npz:`` images) a LeNet-style CNN trained here on the
 same split stands in for the peers. Runs are real `search.run` processes, two at a time, one
-thread each, reused when their run directory is complete (search_quality.py's machinery); each
-peer fit is a process of its own too (:func:`in_own_process`), and cached in the --out directory.
+thread each, reused when their run directory is complete (benchmarks.harness.run_jobs); each
+peer fit is a process of its own too (:func:`in_own_process`), and cached in the --out directory
+under its configuration (:func:`peer_config`: a MiniRocket fitted another way is not reused).
 
-    python benchmarks/ucr_quality.py --seeds 3                      # the table in README
-    python benchmarks/ucr_quality.py --tasks ucr:GunPoint --seeds 1 --out /tmp/uq   # one set
+    python -m benchmarks.ucr_quality --seeds 3                      # the table in README
+    python -m benchmarks.ucr_quality --tasks ucr:GunPoint --seeds 1 --out /tmp/uq   # one set
+    python -m benchmarks.ucr_quality --variants --no-fcn --out /tmp/uq   # the peers alone
 
 Writes benchmarks/results/ucr_quality.md (and prints it).
 """
@@ -24,33 +27,23 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.metadata
 import importlib.util
 import json
 import multiprocessing
-import os
-import platform
-import re
-import shlex
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
+from benchmarks import harness
+from benchmarks.harness import code_state, fmt
+from benchmarks.search_quality import describe_arch
+from dnarch_deploy.rundir import METRICS, read_jsonl
+from search.jobs import Run
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "benchmarks"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from search_quality import code_state, describe_arch, fmt  # noqa: E402
-
-from dnarch_deploy.rundir import METRICS, read_jsonl  # noqa: E402
-from search.jobs import Run, execute  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "ucr_quality.md"
 UCR = ["ucr:GunPoint", "ucr:ItalyPowerDemand", "ucr:ArrowHead", "ucr:OSULeaf", "ucr:ACSF1",
        "ucr:BasicMotions", "ucr:JapaneseVowels", "ucr:PLAID"]
 IMAGES = ["digits", "mnist5k"]
@@ -63,7 +56,7 @@ def plan_runs(out: Path, tasks: list[str], seeds: int, variants: list[str],
               extra: list[str]) -> list[Run]:
     runs = []
     for task in tasks:
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", task).strip("-")
+        slug = harness.slug(task)
         for seed in range(seeds):
             for variant in variants:
                 if variant == "base" and not is_series(task):  # images: LeNet stands in
@@ -77,15 +70,70 @@ def plan_runs(out: Path, tasks: list[str], seeds: int, variants: list[str],
 
 
 # MiniRocket's classifier: RidgeClassifierCV choosing its penalty by leave-one-out among
-# np.logspace(*RIDGE_PENALTIES) (benchmarks/ridge_head.py fits the same on a run's features)
+# np.logspace(*RIDGE_PENALTIES), on features scaled by StandardScaler(with_mean=False), as
+# sktime's RocketClassifier (and aeon's MiniRocketClassifier) fit it; benchmarks.ridge_head
+# fits the same penalties on a run's standardised features
 RIDGE_PENALTIES = (-3, 3, 10)
 
 
+def minirocket_classifier(seed: int):
+    """The MiniRocket peer as its authors ship it: sktime's
+    ``RocketClassifier(rocket_transform="minirocket")``, the pipeline MiniRocket (univariate
+    sets) or MiniRocketMultivariate (several channels), 10,000 kernels, then
+    ``StandardScaler(with_mean=False)``, then ``RidgeClassifierCV(alphas=np.logspace(-3, 3,
+    10))``. The ridge on unscaled features, as this peer once was, gave PigCVP 0.774 against
+    0.955 scaled, OSULeaf 0.916 against 0.952, ArrowHead 0.890 against 0.855 (3 seeds;
+    results/ucr_quality.md)."""
+    from sktime.classification.kernel_based import RocketClassifier
+
+    return RocketClassifier(rocket_transform="minirocket", random_state=seed, n_jobs=1)
+
+
+def sktime_version() -> str:
+    try:
+        return importlib.metadata.version("sktime")
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def minirocket_config() -> str:
+    """What the MiniRocket peer is, as its cached fits are keyed: the estimator, sktime's version,
+    and that its features are scaled (the fits of an older script, raw features into the ridge,
+    are keyed :data:`LEGACY_PEERS`' way and never served for it)."""
+    return f"minirocket-sktime-{sktime_version()}-scaled"
+
+
+LENET_CONFIG = "lenet"
+# peers.json once keyed its fits by (task, seed) alone: MiniRocket's on raw features, LeNet's as
+# today's
+LEGACY_PEERS = {"MiniRocket": "minirocket-raw-features", "LeNet": LENET_CONFIG}
+
+
+def peer_config(task: str) -> str:
+    """The configuration of the set's peer (:func:`peer`), part of its cache key."""
+    return minirocket_config() if is_series(task) else LENET_CONFIG
+
+
+def read_peer_cache(path: Path) -> dict:
+    """{(task, seed, configuration): [name, accuracy, seconds]} of a peers.json (empty if none);
+    an entry of the old (task, seed) keys gets the configuration it was fitted with. A damaged
+    file raises ValueError, TypeError, AttributeError or KeyError."""
+    if not path.exists():
+        return {}
+    cache = {}
+    for key, value in json.loads(path.read_text()).items():
+        key = tuple(json.loads(key))
+        if len(key) == 2:
+            key = (*key, LEGACY_PEERS[value[0]])
+        if len(key) != 3:
+            raise ValueError(f"a key of {len(key)} fields: {key}")
+        cache[key] = value
+    return cache
+
+
 def minirocket(task_name: str, seed: int) -> tuple[float, float]:
-    """(test accuracy, seconds) of MiniRocket + RidgeClassifierCV, fitted on train + val."""
+    """(test accuracy, seconds) of :func:`minirocket_classifier`, fitted on train + val."""
     import numpy as np
-    from sklearn.linear_model import RidgeClassifierCV
-    from sktime.transformations.panel.rocket import MiniRocketMultivariate
 
     from search.tasks import load_task
 
@@ -93,11 +141,8 @@ def minirocket(task_name: str, seed: int) -> tuple[float, float]:
     x = np.concatenate([task.x_train, task.x_val]).astype(np.float64)
     y = np.concatenate([task.y_train, task.y_val])
     t0 = time.perf_counter()
-    transform = MiniRocketMultivariate(random_state=seed)
-    features = transform.fit_transform(x)
-    ridge = RidgeClassifierCV(alphas=np.logspace(*RIDGE_PENALTIES)).fit(features, y)
-    accuracy = float(ridge.score(transform.transform(task.x_test.astype(np.float64)),
-                                 task.y_test))
+    classifier = minirocket_classifier(seed).fit(x, y)
+    accuracy = float(classifier.score(task.x_test.astype(np.float64), task.y_test))
     return accuracy, time.perf_counter() - t0
 
 
@@ -206,8 +251,8 @@ def cnn_data(task_name: str, seed: int) -> CNNData:
 
     from dnarch_deploy.model import SAMPLE_NORM_FLOOR, standardise
     from search.config import SearchConfig
+    from search.resolve import input_norm
     from search.tasks import load_task
-    from search.train import input_norm
 
     task = load_task(task_name, seed=seed)
     x = torch.as_tensor(np.concatenate([task.x_train, task.x_val]), dtype=torch.float32)
@@ -323,84 +368,61 @@ def beyond_std(a: list[float], b: list[float]) -> int:
     return (diff > spread) - (diff < -spread)
 
 
-def report(args, runs: list[Run], results: dict, peers: dict, fcns: dict,
-           seconds: float) -> str:
-    import torch
+def set_row(args, task: str, runs: list[Run], results: dict, peers: dict, fcns: dict
+            ) -> tuple[str, dict[str, list[float]]]:
+    """The accuracy table's row of one set, and its accuracies per seed by method."""
+    cell, walls, restarts = {}, {}, []
+    for variant in args.variants:
+        rs = [results[r.run_dir] for r in runs
+              if r.key == task and r.variant == variant and r.run_dir in results]
+        cell[variant] = [s["test_metric"] for s in rs]
+        # the kept attempt's training time plus that of any stalled attempt before it
+        walls[variant] = [s["wall_seconds"] + sum(r["seconds"] for r in s.get("restarts", []))
+                          for s in rs]
+        restarts += [s.get("restarts", 0) for s in rs]
+    peer_rows = [peers[(task, s)] for s in range(args.seeds) if (task, s) in peers]
+    fcn_rows = [fcns[(task, s)] for s in range(args.seeds) if (task, s) in fcns]
+    peer_acc, fcn_acc = [p[1] for p in peer_rows], [p[1] for p in fcn_rows]
+    a = anchors(task)
+    row = (f"| {task} | {_test_series(task)} | {fmt(cell.get('search', []))} "
+           f"| {fmt(cell.get('base', []))} "
+           f"| {f'{peer_rows[0][0]} {fmt(peer_acc)}' if peer_rows else '–'} "
+           f"| {fmt(fcn_acc) if fcn_rows else '–'} "
+           f"| {a.get('1nn_ed', '–')} | {a.get('inceptiontime_split0', '–')} "
+           f"| {fmt(walls.get('search', []), 0)} | {fmt(walls.get('base', []), 0)} "
+           f"| {fmt([p[2] for p in peer_rows], 1)} "
+           f"| {fmt([p[2] for p in fcn_rows], 0) if fcn_rows else '–'} "
+           f"| {sum(1 for r in restarts if r)} of {len(restarts)} |")
+    accs = {key: values for key, values in (
+        ("search", cell.get("search")), ("base", cell.get("base")), ("peer", peer_acc),
+        ("fcn", fcn_acc)) if values}
+    return row, accs
 
+
+def accuracy_table(args, runs: list[Run], results: dict, peers: dict, fcns: dict
+                   ) -> tuple[list[str], dict[str, dict[str, list[float]]], list[str]]:
+    """The table, per set its accuracies by method, and the first seed's architectures."""
     lines = ["| set | test series | default search | base CCNN | peer | plain CNN (FCN) | 1-NN "
              "| InceptionTime | search s/run | base s/run | peer s/run | FCN s/run "
              "| stalled runs (restarted) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    accs = {}  # set -> {"search": [accuracy per seed], "base": ..., "peer": ..., "fcn": ...}
-    one_nn_ok, std_ok, archs = [], [], []
+    accs, archs = {}, []  # set -> {"search": [accuracy per seed], "base": ..., "peer": ...}
     for task in args.tasks:
-        cell, walls, restarts = {}, {}, []
-        for variant in args.variants:
-            rs = [results[r.run_dir] for r in runs
-                  if r.key == task and r.variant == variant and r.run_dir in results]
-            acc = [s["test_metric"] for s in rs]
-            cell[variant] = acc
-            # the kept attempt's training time plus that of any stalled attempt before it
-            walls[variant] = [s["wall_seconds"] + sum(r["seconds"] for r in s.get("restarts", []))
-                              for s in rs]
-            restarts += [s.get("restarts", 0) for s in rs]
-        peer_rows = [peers[(task, s)] for s in range(args.seeds) if (task, s) in peers]
-        peer_acc = [p[1] for p in peer_rows]
-        fcn_rows = [fcns[(task, s)] for s in range(args.seeds) if (task, s) in fcns]
-        fcn_acc = [p[1] for p in fcn_rows]
-        a = anchors(task)
-        n_test = _test_series(task)
-        accs[task] = {key: values for key, values in (
-            ("search", cell.get("search")), ("base", cell.get("base")), ("peer", peer_acc),
-            ("fcn", fcn_acc)) if values}
-        if cell.get("search") and "1nn_ed" in a:
-            one_nn_ok.append(statistics.mean(cell["search"]) >= a["1nn_ed"])
-        if cell.get("search") and len(cell["search"]) > 1 and n_test >= 100:
-            std_ok.append((task, statistics.stdev(cell["search"])))
-        stalled = sum(1 for r in restarts if r)
-        lines.append(
-            f"| {task} | {n_test} | {fmt(cell.get('search', []))} | {fmt(cell.get('base', []))} "
-            f"| {f'{peer_rows[0][0]} {fmt(peer_acc)}' if peer_rows else '–'} "
-            f"| {fmt(fcn_acc) if fcn_rows else '–'} "
-            f"| {a.get('1nn_ed', '–')} | {a.get('inceptiontime_split0', '–')} "
-            f"| {fmt(walls.get('search', []), 0)} | {fmt(walls.get('base', []), 0)} "
-            f"| {fmt([p[2] for p in peer_rows], 1)} "
-            f"| {fmt([p[2] for p in fcn_rows], 0) if fcn_rows else '–'} "
-            f"| {stalled} of {len(restarts)} |")
+        row, accs[task] = set_row(args, task, runs, results, peers, fcns)
+        lines.append(row)
         done = [r for r in runs if r.key == task and r.variant == "search"
                 and r.run_dir in results]
         if done:
             archs.append(f"- {task} (seed {done[0].seed}): {describe_arch(done[0].run_dir)}")
-    command = shlex.join(["python", "benchmarks/ucr_quality.py", *sys.argv[1:]])
-    invocations = json.loads((Path(args.out) / "invocations.json").read_text()) \
-        if (Path(args.out) / "invocations.json").exists() else []
-    out = [
-        "# Default search quality on the bundled sets",
-        "",
-        "Each cell: test accuracy, mean ± std over seeds (a CCNN's as export ships it: "
-        "BatchNorm calibrated on the training inputs), same split for every method (the task's "
-        f"train / val / test; MiniRocket and the FCN, {args.fcn_width} / {2 * args.fcn_width} / "
-        f"{args.fcn_width} channels, fit train + val). *default search* is "
-        "`python -m search.run --task T --seed S` with no other flag; *base CCNN* adds "
-        "`--learn none`; s/run is a run's training time (summary.json wall_seconds, plus the "
-        "seconds of a stalled attempt it restarted after).",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, {args.jobs} runs at a time, "
-        f"1 thread each; Python {platform.python_version()}, torch {torch.__version__}; "
-        f"this invocation {seconds / 60:.0f} min wall.  ",
-        "Code the runs were trained with: " + ("; ".join(
-            f"{i['code']} ({i['trained']} runs or peer fits from {i['started']}, "
-            f"{i['seconds'] / 60:.0f} min "
-            "wall)" for i in invocations)
-            or code_state()) + "." + (f"  \n**Every run also** `{args.extra}`." if args.extra
-                                      else ""),
-        "",
-        *lines,
-        "",
-    ]
+    return lines, accs, archs
+
+
+def summary_lines(accs: dict[str, dict[str, list[float]]]) -> list[str]:
+    """Means per method, each pair of methods on the sets with both, the search against 1-NN,
+    and the seed std where the test split is large."""
     means = {task: {v: statistics.mean(acc) for v, acc in cell.items()}
              for task, cell in accs.items()}
+    out = []
     for v in ("search", "base", "peer", "fcn"):  # what an ablation (one variant) is compared by
         done = [m[v] for m in means.values() if v in m]
         if done:
@@ -418,12 +440,54 @@ def report(args, runs: list[Run], results: dict, peers: dict, fcns: dict,
                        "by the mean" + (f", by more than one std on {clear.count(1)} of the "
                                         f"{len(clear)} with several seeds, behind by more on "
                                         f"{clear.count(-1)}" if clear else "") + ".")
-    if one_nn_ok:
-        out.append(f"- Default search ≥ 1-NN on {sum(one_nn_ok)} of {len(one_nn_ok)} sets.")
-    if std_ok:
+    searched = {task: cell["search"] for task, cell in accs.items() if "search" in cell}
+    one_nn = [statistics.mean(acc) >= anchors(task)["1nn_ed"] for task, acc in searched.items()
+              if "1nn_ed" in anchors(task)]
+    if one_nn:
+        out.append(f"- Default search ≥ 1-NN on {sum(one_nn)} of {len(one_nn)} sets.")
+    stds = [(task, statistics.stdev(acc)) for task, acc in searched.items()
+            if len(acc) > 1 and _test_series(task) >= 100]
+    if stds:
         out.append("- Seed std on sets with ≥ 100 test series: "
-                   + ", ".join(f"{t} {s:.3f}" for t, s in std_ok) + ".")
-    out += ["", "## Every run", "",
+                   + ", ".join(f"{t} {s:.3f}" for t, s in stds) + ".")
+    return out
+
+
+def header_lines(args, seconds: float, argv: list[str]) -> list[str]:
+    """The title, what each cell is, the command, machine, versions and code."""
+    path = Path(args.out) / "invocations.json"
+    invocations = json.loads(path.read_text()) if path.exists() else []
+    return [
+        "# Default search quality on the bundled sets",
+        "",
+        "Each cell: test accuracy, mean ± std over seeds (a CCNN's as export ships it: "
+        "BatchNorm calibrated on the training inputs), same split for every method (the task's "
+        f"train / val / test; MiniRocket and the FCN, {args.fcn_width} / {2 * args.fcn_width} / "
+        f"{args.fcn_width} channels, fit train + val). *default search* is "
+        "`python -m search.run --task T --seed S` with no other flag; *base CCNN* adds "
+        "`--learn none`; s/run is a run's training time (summary.json wall_seconds, plus the "
+        "seconds of a stalled attempt it restarted after)." + (
+            f" MiniRocket is sktime {sktime_version()}'s own classifier, "
+            "`RocketClassifier(rocket_transform=\"minirocket\")`: MiniRocket's features (its "
+            "univariate transform on one channel, MiniRocketMultivariate on several), "
+            "`StandardScaler(with_mean=False)`, then `RidgeClassifierCV(alphas=np.logspace(-3, "
+            "3, 10))`; cached as " + f"`{minirocket_config()}`."
+            if any(is_series(task) for task in args.tasks) else ""),
+        "",
+        *harness.header(__file__, argv, machine_note=f", {args.jobs} runs at a time, 1 thread "
+                        f"each; this invocation {seconds / 60:.0f} min wall"),
+        "Code the runs were trained with: " + ("; ".join(
+            f"{i['code']} ({i['trained']} runs or peer fits from {i['started']}, "
+            f"{i['seconds'] / 60:.0f} min "
+            "wall)" for i in invocations)
+            or code_state()) + "." + (f"  \n**Every run also** `{args.extra}`." if args.extra
+                                      else ""),
+        "",
+    ]
+
+
+def every_run_lines(runs: list[Run], results: dict) -> list[str]:
+    return ["", "## Every run", "",
             "Its test accuracy (the shipped network's: BatchNorm calibrated on the training "
             "inputs, as export ships it); the same network scored as the search scores its "
             "validation rounds, BatchNorm on each test batch's own statistics (– for runs written "
@@ -438,17 +502,25 @@ def report(args, runs: list[Run], results: dict, peers: dict, fcns: dict,
               f"| {fmt_batch_statistics(results[r.run_dir])} "
               f"| {results[r.run_dir]['best_epoch']} | {fmt_loss(results[r.run_dir])} |"
               for r in runs if r.run_dir in results)]
-    out += ["", "## Architectures found (default search, first seed)", "",
-            "Per block: kernel size K and resolution R per axis, widths n_in/n_mid/n_out.", "",
-            *archs]
-    return "\n".join(out) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/ucr_quality", help="where run directories go")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
+def report(args, runs: list[Run], results: dict, peers: dict, fcns: dict,
+           seconds: float, argv: list[str] = ()) -> str:
+    table, accs, archs = accuracy_table(args, runs, results, peers, fcns)
+    return "\n".join([
+        *header_lines(args, seconds, argv), *table, "", *summary_lines(accs),
+        *every_run_lines(runs, results),
+        "", "## Architectures found (default search, first seed)", "",
+        "Per block: kernel size K and resolution R per axis, widths n_in/n_mid/n_out.", "",
+        *archs]) + "\n"
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, Path, tuple[dict, dict]]:
+    """The arguments, --out made, and the peers already fitted there (:func:`read_caches`): a
+    wrong task, a bad width, a place that cannot be written or a damaged cache is one parser
+    error before any run."""
+    parser = harness.parser(__doc__)
+    harness.add_searches(parser, __file__, out="runs/ucr_quality")
     parser.add_argument("--tasks", nargs="*", default=UCR + IMAGES)
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--no-peer", action="store_true",
@@ -458,10 +530,7 @@ def main() -> int:
                         "2 jobs; ucr_quality_fcn.md)")
     parser.add_argument("--fcn-width", type=int, default=FCN_WIDTH,
                         help="the FCN peer's channels: WIDTH, 2 WIDTH, WIDTH (published: 128)")
-    parser.add_argument("--extra", default="", help="more search.run flags for every run, for "
-                        "ablations (use another --out)")
-    parser.add_argument("--results", default=str(RESULTS), help="markdown file to write")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.fcn_width < 1:
         parser.error(f"--fcn-width must be at least 1, got {args.fcn_width}")
     if not args.no_peer and importlib.util.find_spec("numba") is None:
@@ -474,60 +543,74 @@ def main() -> int:
         except TaskError as e:
             parser.error(str(e))
     out = Path(args.out).resolve()
-    try:  # both places writable before any run: a bad --results would lose the report at the end
-        if Path(args.results).is_dir():
-            parser.error(f"--results {args.results} is a directory; give the report's file name")
-        Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+    # both places writable before any run: a bad --results would lose the report at the end
+    harness.check_report(parser, args.results, "--results")
+    try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        parser.error(f"cannot write there: {e}")
-    runs = plan_runs(out, args.tasks, args.seeds, args.variants, args.extra.split())
-    peer_cache, fcn_cache = out / "peers.json", out / f"fcn_width{args.fcn_width}.json"
-    try:  # peers already fitted in this --out; a damaged cache is refused before any run
-        peers, fcns = ({tuple(json.loads(k)): v for k, v in json.loads(path.read_text()).items()}
-                       if path.exists() else {} for path in (peer_cache, fcn_cache))
-    except (ValueError, AttributeError, TypeError) as e:
+        parser.error(f"--out {args.out}: cannot write there ({e.strerror or e})")
+    try:
+        return args, out, read_caches(out, args.fcn_width)
+    except (ValueError, AttributeError, TypeError, KeyError) as e:
         parser.error(f"a peer cache in {out} is damaged ({e}); delete it to fit the peers again")
+
+
+def read_caches(out: Path, fcn_width: int) -> tuple[dict, dict]:
+    """The peers already fitted in ``out``: MiniRocket / LeNet by (task, seed, configuration),
+    the FCN of this width by (task, seed)."""
+    peers = read_peer_cache(out / "peers.json")
+    path = out / f"fcn_width{fcn_width}.json"
+    fcns = ({tuple(json.loads(k)): v for k, v in json.loads(path.read_text()).items()}
+            if path.exists() else {})
+    return peers, fcns
+
+
+def peer_jobs(args, peers: dict, fcns: dict, configs: dict) -> dict:
+    """The peer fits not cached yet, as run_jobs' other jobs: (which, task, seed[, config])."""
+    jobs = {}
+    for task in [] if args.no_peer else args.tasks:
+        for seed in range(args.seeds):
+            if (task, seed, configs[task]) not in peers:
+                jobs[("peer", task, seed, configs[task])] = (in_own_process, peer, task, seed)
+            if not args.no_fcn and has_fcn(task) and (task, seed) not in fcns:
+                jobs[("fcn", task, seed)] = (in_own_process, fcn_job, task, seed, args.fcn_width)
+    return jobs
+
+
+def record_invocation(out: Path, t0: float, code: str, trained: int) -> None:
+    """invocations.json: this invocation's start, code, runs and peer fits trained, wall time."""
+    path = out / "invocations.json"
+    invocations = json.loads(path.read_text()) if path.exists() else []
+    invocations.append({"started": harness.utc(t0), "code": code, "trained": trained,
+                        "seconds": round(time.time() - t0)})
+    path.write_text(json.dumps(invocations, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = harness.arguments(argv)
+    args, out, (peers, fcns) = parse(argv)
+    runs = plan_runs(out, args.tasks, args.seeds, args.variants, args.extra.split())
+    configs = {task: peer_config(task) for task in args.tasks}
     t0, code = time.time(), code_state()  # at the start: the code the runs load
-    results, failed, timings = {}, [], {}
-    with ThreadPoolExecutor(args.jobs) as pool, tqdm(total=len(runs), desc="runs",
-                                                      disable=bool(os.environ.get("CI"))) as bar:
-        futures = {pool.submit(execute, run, timings): run for run in runs}
-        if not args.no_peer:
-            for task in args.tasks:
-                for seed in range(args.seeds):
-                    if (task, seed) not in peers:
-                        job = pool.submit(in_own_process, peer, task, seed)
-                        futures[job] = ("peer", task, seed)
-                    if not args.no_fcn and has_fcn(task) and (task, seed) not in fcns:
-                        job = pool.submit(in_own_process, fcn_job, task, seed, args.fcn_width)
-                        futures[job] = ("fcn", task, seed)
-        for future in as_completed(futures):
-            key = futures[future]
-            try:
-                value = future.result()
-            except Exception as e:  # noqa: BLE001 - report every failure, keep the others
-                failed.append(key)  # a Run or a peer's (which, task, seed)
-                print(f"FAILED {key}: {e}", file=sys.stderr)
-                continue
-            if isinstance(key, tuple):  # (which peer, task, seed)
-                cache, path = (peers, peer_cache) if key[0] == "peer" else (fcns, fcn_cache)
-                cache[key[1:]] = value
-                path.write_text(json.dumps({json.dumps(k): v for k, v in cache.items()}))
-            else:
-                results[key.run_dir] = {**value, "train_loss": _last_train_loss(key.run_dir)}
-                bar.update(1)
-    trained = len(timings) + sum(isinstance(key, tuple) for key in futures.values())
-    if trained:  # this invocation trained runs or peers: say with which code
-        path = out / "invocations.json"
-        invocations = json.loads(path.read_text()) if path.exists() else []
-        invocations.append({"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
-                            "code": code, "trained": trained,
-                            "seconds": round(time.time() - t0)})
-        path.write_text(json.dumps(invocations, indent=1) + "\n")
-    text = report(args, runs, results, peers, fcns, time.time() - t0)
-    print(text)
-    Path(args.results).write_text(text)
+    timings: dict[str, float] = {}
+    jobs = peer_jobs(args, peers, fcns, configs)
+
+    def cache(key, value) -> None:  # each peer's fit kept as soon as it is done
+        if isinstance(key, tuple) and not isinstance(value, Exception):
+            mine, path = ((peers, out / "peers.json") if key[0] == "peer" else
+                          (fcns, out / f"fcn_width{args.fcn_width}.json"))
+            mine[key[1:]] = value
+            path.write_text(json.dumps({json.dumps(k): v for k, v in mine.items()}))
+
+    results, failed = harness.run_jobs(runs, args.jobs, timings, jobs, after=cache)
+    results = {key: {**value, "train_loss": _last_train_loss(key)}
+               for key, value in results.items() if isinstance(key, Path)}
+    if timings or jobs:  # this invocation trained runs or peers: say with which code
+        record_invocation(out, t0, code, len(timings) + len(jobs))
+    shown = {(task, seed): peers[(task, seed, configs[task])] for task in args.tasks
+             for seed in range(args.seeds) if (task, seed, configs[task]) in peers}
+    text = report(args, runs, results, shown, fcns, time.time() - t0, argv)
+    harness.publish(text, args.results)
     return 1 if failed else 0
 
 

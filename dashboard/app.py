@@ -116,7 +116,7 @@ def architecture_view(run: Path, key: str, wide: bool) -> None:
     a.metric("stream width", arch.stream_width, help=f"maximum {arch.max_width}")
     b.metric("depth", arch.depth, help=f"maximum {arch.max_depth}")
     c.metric("input size", facts["input size"])
-    base = rundir.read_config(run)["model"]
+    base = rundir.read_config(run).model
     vs = compare_with_base(arch, base["depth"], base["width"])
     d.metric("distance from base", f"{vs['distance']:.2f}",
              help=f"the base CCNN_{{{base['depth']},{base['width']}}} is 0: the mean over "
@@ -186,14 +186,14 @@ def training_view(run: Path, key: str, wide: bool) -> None:
         d.metric("complexity ratio", f"{ratio.iloc[-1]:.4g}")
     if (run / rundir.SUMMARY).exists():
         summary = rundir.read_summary(run)
-        st.success(f"Finished: test {summary['metric_name']} {summary['test_metric']:.4g}, "
-                   f"complexity ratio {summary['complexity_ratio']:.4g}, "
-                   f"{summary['params']:,} parameters, {summary['macs']:,.0f} MACs, "
-                   f"{summary['wall_seconds']:.1f} s")
-        if summary.get("within_budget") is False:
+        st.success(f"Finished: test {summary.metric_name} {summary.test_metric:.4g}, "
+                   f"complexity ratio {summary.complexity_ratio:.4g}, "
+                   f"{summary.params:,} parameters, {summary.macs:,.0f} MACs, "
+                   f"{summary.wall_seconds:.1f} s")
+        if summary.within_budget is False:
             st.warning(f"No epoch's network fit the budget (C/C_target at most 1 + "
                        f"budget_tolerance); the result is the best over it, epoch "
-                       f"{summary['best_epoch']}.")
+                       f"{summary.best_epoch}.")
     chart_grid([(figures.loss_figure(metrics), f"{key}-loss"),
                 (figures.metric_figure(metrics, name), f"{key}-metric"),
                 (figures.complexity_figure(metrics), f"{key}-complexity")], wide)
@@ -222,7 +222,7 @@ def deployment_view(run: Path, key: str, wide: bool) -> None:
         left, right = st.columns(2)
         batch = left.selectbox("Batch", batches, key=f"{key}-batch")
         # before report version 3 the "paper" figure was appendix C's, resampling left out
-        search = "search's cost model" if report["version"] >= 3 else "appendix C (report v1-2)"
+        search = "search's cost model" if report.version >= 3 else "appendix C (report v1-2)"
         cost = right.radio(
             "Theoretical cost", ["theoretical", "paper"], horizontal=True, key=f"{key}-cost",
             format_func={"theoretical": "as exported", "paper": search}.get,

@@ -93,14 +93,13 @@ def runs_frame(root: str | Path) -> pd.DataFrame:
                                "problem": ""}
         try:
             config = rundir.read_config(run)
-            row["task"] = config["task"]
-            row["learn"] = config.get("model", {}).get("learn")
+            row["task"] = config.task
+            row["learn"] = config.model.get("learn")
             if (run / rundir.SUMMARY).exists():
                 summary = rundir.read_summary(run)
-                row.update({"task": summary["task"], "learn": summary["learn"],
-                            "metric": summary["metric_name"],
-                            "test metric": summary["test_metric"],
-                            "complexity ratio": summary["complexity_ratio"]})
+                row.update({"task": summary.task, "learn": summary.learn,
+                            "metric": summary.metric_name, "test metric": summary.test_metric,
+                            "complexity ratio": summary.complexity_ratio})
             else:
                 last = last_metrics(run)
                 row["metric"] = last.get("metric_name")
@@ -177,7 +176,7 @@ def metric_name(run: Path, frame: pd.DataFrame | None = None) -> str:
     carry next to ``metric`` (e.g. "accuracy"), else "metric"."""
     run = Path(run)
     if (run / rundir.SUMMARY).exists():
-        return str(rundir.read_summary(run)["metric_name"])
+        return rundir.read_summary(run).metric_name
     frame = metrics_frame(run) if frame is None else frame
     extra = [c for c in frame.columns if c not in STANDARD_COLUMNS]
     return extra[0] if len(extra) == 1 else "metric"
@@ -237,23 +236,21 @@ def architecture_facts(arch: Architecture) -> dict[str, Any]:
             "max width": arch.max_width, "depth": arch.depth, "max depth": arch.max_depth,
             "learn": arch.learn, "dense": arch.dense, "epoch": arch.epoch,
             "decoder": ("linear per position" if arch.dense else
-                        " + ".join(arch.decoder_pooling()) + " pool, linear"),
-            "block output": ("second pointwise mixing" if arch.second_mixing else
-                             "GELU (n_out = n_mid)")}
+                        " + ".join(arch.decoder_pooling()) + " pool, linear")}
 
 
 # --- the export report ----------------------------------------------------------------------------
 # Its schema is dnarch_deploy.rundir.read_report's: the frames below build on what it checked.
 
 
-def read_report(run: Path) -> dict[str, Any]:
+def read_report(run: Path) -> rundir.Report:
     """export/report.json, checked field by field (:func:`dnarch_deploy.rundir.read_report`)."""
     return rundir.read_report(run)
 
 
-def has_latency(report: dict[str, Any]) -> bool:
+def has_latency(report: rundir.Report) -> bool:
     """False when the export did not measure latency (``--no-bench``: ``latency`` is null)."""
-    return report.get("latency") is not None
+    return report.latency is not None
 
 
 def check_export(run: Path) -> Path:
@@ -270,14 +267,14 @@ def _inside(run: Path, path: Path) -> bool:
     return path.resolve().is_relative_to(Path(run).resolve())
 
 
-def report_tolerance(report: dict[str, Any]) -> float | None:
+def report_tolerance(report: rundir.Report) -> float | None:
     """The relative-error tolerance the export verified against, when the report gives it."""
-    return report.get("tolerance")
+    return report.tolerance
 
 
-def latency_batches(report: dict[str, Any]) -> list[str]:
+def latency_batches(report: rundir.Report) -> list[str]:
     """The batch sizes the export measured, as strings ("1", "32"); none without a benchmark."""
-    latency = report["latency"]
+    latency = report.latency
     return [] if latency is None else [str(b) for b in latency["batches"]]
 
 
@@ -290,7 +287,7 @@ def _measured(entry: dict[str, Any], batch: str) -> float | None:
     return entry["measured_ms"] if batch == "1" else None
 
 
-def latency_frame(report: dict[str, Any], batch: str = "1",
+def latency_frame(report: rundir.Report, batch: str = "1",
                   cost: str = "theoretical") -> pd.DataFrame:
     """One row per layer plus a "total" row: tactic, theoretical and paper MACs per sample,
     measured_ms (onnxruntime, at ``batch``; NaN for a layer not measured) and theoretical_ms.
@@ -298,7 +295,7 @@ def latency_frame(report: dict[str, Any], batch: str = "1",
     ``theoretical_ms`` puts ``cost`` ("theoretical" or "paper") in milliseconds: the layer's share
     of the total cost times the measured total, so a layer on y = x takes exactly its share.
     """
-    latency = report["latency"]
+    latency = report.latency
     rows = [{"layer": name, "tactic": entry.get("tactic"), "theoretical": entry["theoretical"],
              "paper": entry["paper"], "measured_ms": _measured(entry, batch)}
             for name, entry in latency["layers"].items()]
@@ -317,10 +314,10 @@ EAGER_NAMES = {"trained_ms": "PyTorch eager, trained (masked)",
                "static_ms": "PyTorch eager, static", "lowered_ms": "PyTorch eager, lowered"}
 
 
-def totals_frame(report: dict[str, Any]) -> pd.DataFrame:
+def totals_frame(report: rundir.Report) -> pd.DataFrame:
     """Total latency per backend and batch: onnxruntime (``latency.total``) and the eager
     PyTorch modules the export also timed (``latency.eager``: {name_ms: {batch: ms}})."""
-    latency = report["latency"]
+    latency = report.latency
     rows = [{"backend": "onnxruntime", "batch": batch, "measured_ms": _measured(latency["total"],
                                                                                batch)}
             for batch in latency_batches(report)]
@@ -330,12 +327,12 @@ def totals_frame(report: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["backend", "batch", "measured_ms"])
 
 
-def equivalence_frame(report: dict[str, Any]) -> pd.DataFrame:
+def equivalence_frame(report: rundir.Report) -> pd.DataFrame:
     """One row per verification stage: max_abs, max_rel and, when the report gives its
     ``tolerance``, whether max_rel is within it."""
     tolerance = report_tolerance(report)
     rows = []
-    for stage, entry in report["equivalence"].items():
+    for stage, entry in report.equivalence.items():
         row = {"stage": stage, "max_abs": float(entry["max_abs"]),
                "max_rel": float(entry["max_rel"])}
         if tolerance is not None:
@@ -344,19 +341,19 @@ def equivalence_frame(report: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def ops_frame(report: dict[str, Any]) -> pd.DataFrame:
+def ops_frame(report: rundir.Report) -> pd.DataFrame:
     """Op-type counts of model.onnx: columns op, count, most frequent first."""
-    frame = pd.DataFrame([{"op": op, "count": n} for op, n in report["ops"].items()],
+    frame = pd.DataFrame([{"op": op, "count": n} for op, n in report.ops.items()],
                          columns=["op", "count"])
     return frame.sort_values("count", ascending=False, ignore_index=True)
 
 
-def backends_frame(report: dict[str, Any]) -> pd.DataFrame:
+def backends_frame(report: rundir.Report) -> pd.DataFrame:
     """One row per backend: compatible, and the op types it lacks."""
     rows = [{"backend": name, "compatible": entry["compatible"],
              "detail": "unsupported_ops: " + (", ".join(entry.get("unsupported_ops", []))
                                               or "none")}
-            for name, entry in report["backends"].items()]
+            for name, entry in report.backends.items()]
     return pd.DataFrame(rows, columns=["backend", "compatible", "detail"])
 
 
@@ -394,10 +391,10 @@ def comparison_frame(runs: dict[str, Path]) -> pd.DataFrame:
         try:
             if (run / rundir.SUMMARY).exists():
                 summary = rundir.read_summary(run)
-                values.update({k: summary.get(k) for k in fields})
+                values.update({k: getattr(summary, k) for k in fields})
             else:
                 config = rundir.read_config(run)
-                values.update(task=config["task"], learn=config.get("model", {}).get("learn"))
+                values.update(task=config.task, learn=config.model.get("learn"))
             values["status"] = run_status(run)
         except SchemaError:
             values["status"] = "damaged"

@@ -11,12 +11,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .migrate import REMOVED_ARCHITECTURE, drop_removed
+
 SCHEMA = "dnarch-architecture"
 VERSION = 1
-# What a block adds to the stream (ModelConfig.block_output): a second pointwise mixing of the
-# GELU's output (the paper's CCNN), or the GELU's output itself (a conv-BN-GELU layer with a
-# skip, the "residual stack" of benchmarks/cnn_ablation.py; it needs block_norm "mix").
-BLOCK_OUTPUTS = ("pointwise", "gelu")
 
 
 class SchemaError(ValueError):
@@ -79,9 +77,6 @@ class Architecture:
     # the global decoder's reductions over positions, in the order its head reads them ([] for
     # a dense decoder; None in files from before it was recorded: see decoder_pooling)
     pooling: list[str] | None = None
-    # what each block adds to the stream (BLOCK_OUTPUTS; files from before it was
-    # recorded: "pointwise", the only form there was)
-    block_output: str = "pointwise"
     schema: str = SCHEMA
     version: int = VERSION
 
@@ -91,11 +86,6 @@ class Architecture:
         if self.pooling is not None:
             return list(self.pooling)
         return [] if self.dense else ["mean"]
-
-    @property
-    def second_mixing(self) -> bool:
-        """Whether each block ends on a second pointwise mixing (ModelConfig.second_mixing)."""
-        return self.block_output == "pointwise"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -140,9 +130,9 @@ class Architecture:
         poolings = [[]] if kwargs["dense"] else [["mean"], ["mean", "max"]]
         _expect(pooling is None or pooling in poolings, where, "pooling",
                 f"null or one of {poolings} (dense: {kwargs['dense']})", pooling)
-        block_output = data.get("block_output", "pointwise")  # absent before it was recorded
-        _expect(block_output in BLOCK_OUTPUTS, where, "block_output",
-                f"one of {list(BLOCK_OUTPUTS)}", block_output)
+        refusal = drop_removed({k: data[k] for k in REMOVED_ARCHITECTURE if k in data}, where)
+        if refusal:  # a block form since removed (files before it was dropped record it)
+            raise SchemaError(refusal)
         blocks = _field(data, "blocks", lambda v: isinstance(v, list), where)
         block_fields = {
             "index": _nonneg_int,
@@ -169,15 +159,11 @@ class Architecture:
                 if fields.get(k) is not None:  # one entry per axis of the input
                     _expect(len(fields[k]) == axes, where, f"blocks[{i}].{k}",
                             f"one entry per input axis ({axes})", fields[k])
-            if block_output == "gelu":  # the block adds its first mixing's channels
-                _expect(fields["n_out"] == fields["n_mid"], where, f"blocks[{i}].n_out",
-                        f"n_mid ({fields['n_mid']}) with block_output 'gelu'", fields["n_out"])
             parsed.append(BlockArchitecture(**fields))
         _expect(
             len(parsed) == kwargs["depth"], where, "depth", f"the number of blocks ({len(parsed)})"
         )
-        return cls(**kwargs, blocks=parsed, epoch=epoch, vocab_size=vocab_size, pooling=pooling,
-                   block_output=block_output)
+        return cls(**kwargs, blocks=parsed, epoch=epoch, vocab_size=vocab_size, pooling=pooling)
 
     @classmethod
     def load(cls, path: str | Path) -> Architecture:
@@ -277,7 +263,6 @@ def describe(model, epoch: int | None = None) -> Architecture:
         epoch=epoch,
         vocab_size=c.vocab_size,
         pooling=list(c.pooling),
-        block_output=c.block_output,
     )
 
 
@@ -332,9 +317,6 @@ def set_masks(model, arch: Architecture) -> None:
     """
     import torch
 
-    from . import masks as M
-    from .spectral import resolution_for_bins
-
     c = model.config
     for key in ("input_size", "in_channels", "out_channels", "dense"):
         want, have = getattr(arch, key), getattr(c, key)
@@ -344,80 +326,103 @@ def set_masks(model, arch: Architecture) -> None:
     if arch.decoder_pooling() != list(c.pooling):
         raise ValueError(f"architecture field 'pooling' is {arch.decoder_pooling()!r}; the model "
                          f"has {list(c.pooling)!r}")
-    if arch.block_output != c.block_output:
-        raise ValueError(f"architecture field 'block_output' is {arch.block_output!r}; the "
-                         f"model has {c.block_output!r}")
-    H, D, T = c.max_width, c.max_depth, c.threshold
-    offset = math.log(1.0 / (1.0 - T) - 1.0)  # mu = x_T + offset / tau (eq. 4 inverted)
-
-    def middle(lo: float, hi: float, where: str, want) -> float:
-        if not lo < hi:
-            raise ValueError(f"architecture {where} = {want!r} is outside what the model's masks "
-                             f"can hold (configuration: learn={c.learn!r}, max_width={H}, "
-                             f"max_depth={D}, input_size={list(c.input_size)})")
-        return 0.5 * (lo + hi)
-
-    def sigmoid_mu(first: int, last: int, n: int, tau: float, where: str, want) -> float:
-        """An offset whose support holds the first k of the n grid positions, for some k in
-        first ... last (several counts may give the same size)."""
-        mu_lo, mu_hi = M.sigmoid_mu_range(tau)
-        if not 1 <= first <= last <= n:
-            middle(0.0, 0.0, where, want)
-        if n == 1 or first == n:
-            return mu_hi  # the top of the range keeps every position
-        lo = max(-1.0 + 2.0 * (first - 1) / (n - 1), mu_lo - offset / tau)
-        hi = mu_hi - offset / tau
-        if last < n:
-            hi = min(hi, -1.0 + 2.0 * last / (n - 1))
-        return middle(lo, hi, where, want) + offset / tau
-
     blocks = arch.blocks
     if [b.index for b in blocks] != list(range(len(blocks))):
         raise ValueError(f"architecture blocks have indices {[b.index for b in blocks]}; a DNArch "
                          "runs a prefix of its blocks (0, 1, ...)")
+    offsets = _MaskOffsets(c)
     with torch.no_grad():
         if c.learns("D"):
             depth = len(blocks)
-            model.mask_depth.fill_(sigmoid_mu(depth, depth, D, c.tau_depth, "depth", depth))
+            model.mask_depth.fill_(offsets.sigmoid(depth, depth, c.max_depth, c.tau_depth,
+                                                   "depth", depth))
         for i, b in enumerate(blocks):
-            where = f"blocks[{i}]"
-            if c.learns("W"):
-                for j, key in enumerate(("n_in", "n_mid", "n_out")):
-                    width = getattr(b, key)
-                    model.mask_width[b.index, j] = sigmoid_mu(width, width, H, c.tau_width,
-                                                              f"{where}.{key}", width)
-            cropped = b.cropped_axes(c.input_size)
-            for a, (n, r) in enumerate(zip(c.input_size, b.resolution)):
-                if c.learns("R"):  # the bin counts that give r (on long axes, several), cropped
-                    # or not (a cropped length may round up to n)
-                    bins = [k for k in range(1, n // 2 + 2)
-                            if resolution_for_bins(k, n) == r and (k <= n // 2) == cropped[a]]
-                    model.mask_res[b.index, a] = sigmoid_mu(
-                        min(bins, default=0), max(bins, default=0), n // 2 + 1,
-                        c.tau_resolution, f"{where}.resolution", r)
-                k_max = c.max_kernel[a]
-                if c.learns("K") and k_max > 1:
-                    # x_T = sigma sqrt(-2 ln T) gives the kernel's half-width at full resolution
-                    # (steps of 2 / (k_max - 1)) and, scaled by r / n, at the block's resolution
-                    step, scale, h_max = 2.0 / (k_max - 1), r / n, (k_max - 1) // 2
-                    h, h_r = (b.kernel_size[a] - 1) // 2, (b.kernel_taps[a] - 1) // 2
-                    s_lo, s_hi = c.kernel_sigma_range(a)
-                    root = math.sqrt(-2.0 * math.log(T))
-                    lo = max(h * step, h_r * step / scale, s_lo * root)
-                    hi = s_hi * root
-                    if h < h_max:
-                        hi = min(hi, (h + 1) * step)
-                    if h_r < min(h_max, (r - 1) // 2):
-                        hi = min(hi, (h_r + 1) * step / scale)
-                    model.mask_sigma[b.index, a] = middle(
-                        lo, hi, f"{where}.kernel_size/kernel_taps",
-                        (b.kernel_size[a], b.kernel_taps[a])) / root
+            offsets.set_block(model, b, f"blocks[{i}]")
     model.clamp_masks_()
+    _check_described(model, arch)
+
+
+class _MaskOffsets:
+    """The mask parameters that give wanted sizes, for :func:`set_masks`."""
+
+    def __init__(self, config):
+        self.c = config
+        self.offset = math.log(1.0 / (1.0 - config.threshold) - 1.0)  # mu = x_T + offset / tau
+
+    def middle(self, lo: float, hi: float, where: str, want) -> float:
+        c = self.c
+        if not lo < hi:
+            raise ValueError(f"architecture {where} = {want!r} is outside what the model's masks "
+                             f"can hold (configuration: learn={c.learn!r}, "
+                             f"max_width={c.max_width}, max_depth={c.max_depth}, "
+                             f"input_size={list(c.input_size)})")
+        return 0.5 * (lo + hi)
+
+    def sigmoid(self, first: int, last: int, n: int, tau: float, where: str, want) -> float:
+        """An offset whose support holds the first k of the n grid positions, for some k in
+        first ... last (several counts may give the same size)."""
+        from . import masks as M
+
+        mu_lo, mu_hi = M.sigmoid_mu_range(tau)
+        if not 1 <= first <= last <= n:
+            self.middle(0.0, 0.0, where, want)
+        if n == 1 or first == n:
+            return mu_hi  # the top of the range keeps every position
+        lo = max(-1.0 + 2.0 * (first - 1) / (n - 1), mu_lo - self.offset / tau)
+        hi = mu_hi - self.offset / tau
+        if last < n:
+            hi = min(hi, -1.0 + 2.0 * last / (n - 1))
+        return self.middle(lo, hi, where, want) + self.offset / tau
+
+    def kernel_sigma(self, b: BlockArchitecture, a: int, where: str) -> float:
+        """The Gaussian mask's sigma that gives block ``b``'s kernel on axis ``a``: x_T = sigma
+        sqrt(-2 ln T) is the kernel's half-width at full resolution (steps of 2 / (k_max - 1))
+        and, scaled by r / n, at the block's resolution."""
+        c = self.c
+        k_max, r, n = c.max_kernel[a], b.resolution[a], c.input_size[a]
+        step, scale, h_max = 2.0 / (k_max - 1), r / n, (k_max - 1) // 2
+        h, h_r = (b.kernel_size[a] - 1) // 2, (b.kernel_taps[a] - 1) // 2
+        s_lo, s_hi = c.kernel_sigma_range(a)
+        root = math.sqrt(-2.0 * math.log(c.threshold))
+        lo = max(h * step, h_r * step / scale, s_lo * root)
+        hi = s_hi * root
+        if h < h_max:
+            hi = min(hi, (h + 1) * step)
+        if h_r < min(h_max, (r - 1) // 2):
+            hi = min(hi, (h_r + 1) * step / scale)
+        return self.middle(lo, hi, f"{where}.kernel_size/kernel_taps",
+                           (b.kernel_size[a], b.kernel_taps[a])) / root
+
+    def set_block(self, model, b: BlockArchitecture, where: str) -> None:
+        from .spectral import resolution_for_bins
+
+        c = self.c
+        if c.learns("W"):
+            for j, key in enumerate(("n_in", "n_mid", "n_out")):
+                width = getattr(b, key)
+                model.mask_width[b.index, j] = self.sigmoid(width, width, c.max_width,
+                                                            c.tau_width, f"{where}.{key}", width)
+        cropped = b.cropped_axes(c.input_size)
+        for a, (n, r) in enumerate(zip(c.input_size, b.resolution)):
+            if c.learns("R"):  # the bin counts that give r (on long axes, several), cropped
+                # or not (a cropped length may round up to n)
+                bins = [k for k in range(1, n // 2 + 2)
+                        if resolution_for_bins(k, n) == r and (k <= n // 2) == cropped[a]]
+                model.mask_res[b.index, a] = self.sigmoid(
+                    min(bins, default=0), max(bins, default=0), n // 2 + 1,
+                    c.tau_resolution, f"{where}.resolution", r)
+            if c.learns("K") and c.max_kernel[a] > 1:
+                model.mask_sigma[b.index, a] = self.kernel_sigma(b, a, where)
+
+
+def _check_described(model, arch: Architecture) -> None:
+    """The model's masks describe ``arch``, or a ValueError names the first field that differs."""
+    c = model.config
     got = describe(model)
-    if got.depth != arch.depth or len(got.blocks) != len(blocks):
-        raise ValueError(f"architecture depth {arch.depth} ({len(blocks)} blocks): the model's "
-                         f"configuration (learn={c.learn!r}) gives {got.depth}")
-    for i, (g, b) in enumerate(zip(got.blocks, blocks)):
+    if got.depth != arch.depth or len(got.blocks) != len(arch.blocks):
+        raise ValueError(f"architecture depth {arch.depth} ({len(arch.blocks)} blocks): the "
+                         f"model's configuration (learn={c.learn!r}) gives {got.depth}")
+    for i, (g, b) in enumerate(zip(got.blocks, arch.blocks)):
         for key in _BLOCK_SIZES:
             if getattr(g, key) != getattr(b, key):
                 raise ValueError(f"architecture blocks[{i}].{key} is {getattr(b, key)!r}; the "

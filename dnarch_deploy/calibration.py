@@ -7,19 +7,19 @@ mean and biased variance (float64, over all calibration samples and positions) o
 Norm sees in the deployed network: the encoder norm first, then each block's norm with everything
 before it already calibrated, one pass over the batches per norm (the forward pass stops at the
 norm being calibrated). The encoder norm sees the stream ``[:, :plan.stream]``; block b's norm sees
-``[:, :n_in]`` (``block_norm="mix"``: the n_mid channels of its first mixing).
+``[:, :n_in]``.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
-from tqdm import tqdm
 
-from .model import DNArch, Norm
+from .model import DNArch
+from .norm import Norm
+from .progress import bar
 
 SAMPLES = 1024  # training inputs the statistics are taken over (the first ones)
 BATCH = 64  # calibration batch size (moments merge in float64: it changes memory, not results)
@@ -93,8 +93,7 @@ def calibrate(model: DNArch, batches: Iterable[Tensor], show_progress: bool = Tr
     norms = norms_in_use(model)
     for norm in norms:  # statistics of uncalibrated norms must not leak into later ones
         norm.calibrated.fill_(False)
-    for norm in tqdm(norms, desc="calibrate BatchNorm", leave=False,
-                     disable=not show_progress or bool(os.environ.get("CI"))):
+    for norm in bar(norms, desc="calibrate BatchNorm") if show_progress else norms:
         moments = input_moments(model, norm, batches)
         n = moments.mean.numel()
         norm.running_mean[:n] = moments.mean.to(norm.running_mean.dtype)

@@ -10,14 +10,17 @@ from typing import Any
 
 
 def add_fields(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
-               **special: dict[str, Any]) -> None:
+               hidden: tuple[str, ...] = (), **special: dict[str, Any]) -> None:
     """A flag per field of dataclass ``cls`` (``tau_width`` -> ``--tau-width``), defaulting to the
     field's default and typed by its annotation: int, float or str (``X | None`` as X), a bool
     as ``--flag``/``--no-flag``, ``list[X]`` as a repeatable flag (None when not given). The help
     text is the field's ``help`` metadata, else its trailing comment in the class's source, as
-    written (a ``%`` is shown as is).
+    written (a ``%`` is shown as is). A field whose metadata names a ``group`` goes into that
+    argument group (in the order groups first appear); a group in ``hidden`` is parsed but not
+    listed in --help.
     ``skip``: fields the caller adds itself; ``special``: add_argument keywords per field."""
     hints, helps = typing.get_type_hints(cls), field_help(cls)
+    groups: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
@@ -31,8 +34,16 @@ def add_fields(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...]
             kw["type"] = args[0] if args else kind
         kw.update(special.get(f.name, {}))
         text = helps.get(f.name)  # argparse reads % as a format: a plain "95%" must be "95%%"
-        parser.add_argument("--" + f.name.replace("_", "-"),
-                            help=text.replace("%", "%%") if text else None, **kw)
+        text = text.replace("%", "%%") if text else None
+        group = f.metadata.get("group")
+        if group in hidden:
+            text = argparse.SUPPRESS
+        target = parser
+        if group and group not in hidden:
+            if group not in groups:
+                groups[group] = parser.add_argument_group(group)
+            target = groups[group]
+        target.add_argument("--" + f.name.replace("_", "-"), help=text, **kw)
 
 
 def field_help(cls: type) -> dict[str, str]:

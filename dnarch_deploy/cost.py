@@ -2,7 +2,7 @@
 
 A budget is a promise about the deployed network (design.md, "Cost model and budget"), so the
 cost prices every operator export lowers a network to, as export lowers it by cost
-(:func:`dnarch_deploy.operators.block_operators`): per block the spectral down- and up-sampling
+(:func:`dnarch_deploy.block_ops.block_operators`): per block the spectral down- and up-sampling
 of each resampled axis in its cheapest form, the depthwise convolution at the tactic export picks
 for its size and its deployed taps (2 R - 1 where the resolution mask is folded into the kernel),
 the two pointwise linear maps and the first one's bias, the GELU, the residual add and the
@@ -19,7 +19,8 @@ factored resampling's Transposes): a latency table measures them inside their op
 Sizes may be ints (a frozen architecture: :func:`architecture_cost`, per layer
 :func:`layer_costs`) or, in the search's loss (:func:`model_cost`), straight-through tensors: each
 operator's value is the lowered network's, its gradient that of a smooth formula of the same
-shape in the masks' continuous sizes (:func:`_proxies`), scaled to the value.
+shape in the masks' continuous sizes, declared with the operator (:class:`dnarch_deploy.block_ops
+.BlockOp`'s ``proxy``), scaled to the value.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ import torch
 from torch import Tensor
 
 from . import masks as M
+from .block_ops import Operator, block_operators, operator_axis, proxy
 from .latency import LatencyTable
-from .model import DNArch, Plan
-from .operators import Operator, block_operators
+from .model import DNArch
+from .plan import Plan
 from .spectral import folded_taps
 
 Size = Tensor | float
@@ -66,7 +68,7 @@ class Units:
         """One operator of ``kind`` doing ``macs`` (per sample; a tensor: each element) in a
         network on ``dims`` spatial axes (a resampling: along ``axis``; a convolution or linear
         layer: of ``shape``, its (width, positions, taps),
-        :class:`~dnarch_deploy.operators.Operator`)."""
+        :class:`~dnarch_deploy.block_ops.Operator`)."""
         if self.table is None:
             return macs
         return self.table.predict_ms(kind, macs, self.batch, dims, axis, shape)
@@ -172,7 +174,7 @@ def _soft_sizes(model: DNArch) -> tuple[Tensor, Tensor]:
     ref = model.enc_w
     H, D, T = c.max_width, c.max_depth, c.threshold
     if c.learns("W"):
-        widths = M.sigmoid_size(model.width_offsets(), c.tau_width, H, T)
+        widths = M.sigmoid_size(model.mask_width, c.tau_width, H, T)
     else:
         widths = torch.full((D, 3), float(H), dtype=ref.dtype, device=ref.device)
     size = torch.tensor(c.input_size, dtype=ref.dtype, device=ref.device)
@@ -199,7 +201,7 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
     used), each gradient the continuous size() of its mask (:func:`_soft_sizes`). Per block,
     (max_depth,) tensors: ``n_in``, ``n_mid``, ``n_out``, ``resolution`` and ``taps`` (lists,
     one per axis), ``weights`` (1 for a block that runs, else 0, in value); ``stream``;
-    ``operators``: per block the lowered operators (:func:`dnarch_deploy.operators
+    ``operators``: per block the lowered operators (:func:`dnarch_deploy.block_ops
     .block_operators`) of its materialised sizes, and ``conv_taps``: per block its deployed
     convolution's taps (for a block that does not run, both at its rounded continuous sizes:
     what it would cost if it ran, the depth's gradient)."""
@@ -246,8 +248,7 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
             conv_fft = c.conv_fft(res, cropped)
         conv_taps.append(deployed)
         operators.append(block_operators(tuple(c.input_size), res, n_in, n_mid, n_out,
-                                         deployed, cropped, stream=stream, conv_fft=conv_fft,
-                                         second_mixing=c.second_mixing))
+                                         deployed, cropped, stream=stream, conv_fft=conv_fft))
     return {
         "n_in": columns[0], "n_mid": columns[1], "n_out": columns[2], "resolution": res_axes,
         # a kernel spanning K input samples has K R / S taps at resolution R
@@ -259,66 +260,14 @@ def model_sizes(model: DNArch, plan: Plan | None = None) -> dict:
     }
 
 
-def _deployed_taps(z: dict, input_size) -> list[Tensor]:
-    """Per axis, (D,): the deployed convolution's taps, the kernel's (straight-through) where
-    they are the kernel's, else the fixed 2 R - 1 of a folded resolution mask."""
-    out = []
-    for a, taps in enumerate(z["taps"]):
-        kernel = [2 * max(0, round((float(t) - 1) / 2)) + 1 for t in taps.detach().tolist()]
-        folded = torch.tensor([d[a] != k for d, k in zip(z["conv_taps"], kernel)],
-                              device=taps.device)
-        fixed = torch.tensor([float(d[a]) for d in z["conv_taps"]], dtype=taps.dtype,
-                             device=taps.device)
-        out.append(torch.where(folded, fixed, taps))
-    return out
-
-
-def _proxies(name: str, kinds: list[str], z: dict, input_size) -> Tensor:
-    """(D,): a smooth formula of operator ``name``'s shape in the straight-through sizes, whose
-    gradient the operator's cost follows (its value is rescaled to the lowered MACs): exact
-    products for the pointwise layers and dense resampling, C R prod(taps) for a direct
-    convolution, C N log2 N for the FFT forms and (n + m) log2(n + m) lines for the factored
-    resampling."""
-    res, size = z["resolution"], [float(s) for s in input_size]
-    r = math.prod(res)
-    if name == "linear1":
-        return r * z["n_in"] * z["n_mid"]
-    if name == "gelu":
-        return r * z["n_mid"]
-    if name == "linear2":
-        return r * z["n_mid"] * z["n_out"]
-    if name == "bias1":
-        return r * z["n_mid"]
-    if name == "read":
-        return math.prod(size) * z["n_in"]
-    if name == "residual":
-        return math.prod(size) * z["n_out"]
-    if name == "write":
-        return math.prod(size) * z["stream"] * torch.ones_like(z["n_out"])
-    if name == "conv":
-        taps = _deployed_taps(z, input_size)
-        n = math.prod(rr + (t - 1) / 2 for rr, t in zip(res, taps)).clamp_min(2.0)
-        direct = z["n_in"] * r * math.prod(taps)
-        direct_kind = torch.tensor([k == "conv.direct" for k in kinds], device=r.device)
-        return torch.where(direct_kind, direct, z["n_in"] * n * torch.log2(n))
-    # resampling of axis a, one axis after another: down from the input, up from the resolution
-    down, a = name.startswith("down"), int(name[-1])
-    channels = z["n_in"] if down else z["n_out"]
-    done, todo = (res, size) if down else (size, res)
-    lines = channels * math.prod(done[b] if b < a else todo[b] for b in range(len(res)) if b != a)
-    n, m = size[a] + res[a], size[a] * res[a]
-    dense_kind = torch.tensor([k == "resample.dense" for k in kinds], device=channels.device)
-    return lines * torch.where(dense_kind, m, n * torch.log2(n))
-
-
 def model_cost(model: DNArch, plan: Plan | None = None,
                units: Units | BatchBlend = MACS) -> dict:
     """Differentiable cost of the network the masks describe: in value, the lowered MACs of
     exactly the network that runs and is exported (``total`` == :func:`architecture_cost` of
     :func:`~dnarch_deploy.describe`); in gradient, each operator's smooth formula
-    (:func:`_proxies`) at the masks' straight-through sizes, scaled to its value. (With the
-    continuous sizes as values, the floor-like discrete counts left found networks up to 14%
-    under the budget; a fractional last block was paid for but not run.)
+    (:func:`~dnarch_deploy.block_ops.proxy`) at the masks' straight-through sizes, scaled to its
+    value. (With the continuous sizes as values, the floor-like discrete counts left found
+    networks up to 14% under the budget; a fractional last block was paid for but not run.)
 
     ``plan``: the step's plan, if already drawn; ``units``: MACs, or predicted milliseconds
     (each operator priced by its kind, :class:`Units`). Returns ``{"total": Tensor, "encoder":
@@ -337,10 +286,10 @@ def model_cost(model: DNArch, plan: Plan | None = None,
     hard = torch.tensor([[ops[name].macs if name in ops else 0.0 for ops in z["operators"]]
                          for name in names], dtype=dtype, device=device)
     kinds = [[ops[name].kind if name in ops else "" for ops in z["operators"]] for name in names]
-    proxy = torch.stack([_proxies(name, k, z, c.input_size) for name, k in zip(names, kinds)])
+    proxies = torch.stack([proxy(name, k, z, c.input_size) for name, k in zip(names, kinds)])
     # the lowered MACs in value, the proxy's gradient; 0 where a block has no such operator, even
     # were its proxy not finite
-    macs = torch.where(hard > 0, proxy * (hard / proxy.detach().clamp_min(1e-30)), 0.0)
+    macs = torch.where(hard > 0, proxies * (hard / proxies.detach().clamp_min(1e-30)), 0.0)
     if units.counts_macs:  # every kind costs its MACs: no per-kind pass (a training step)
         terms = macs
     else:
@@ -364,26 +313,14 @@ def model_cost(model: DNArch, plan: Plan | None = None,
 
 
 def _axis(name: str) -> int | None:
-    """The axis a block operator resamples (``down<a>``, ``up<a>``), else None."""
-    return int(name[-1]) if name.startswith(("down", "up")) else None
+    """The axis a block operator resamples, else None (:func:`~dnarch_deploy.block_ops
+    .operator_axis`)."""
+    return operator_axis(name)
 
 
 def _edge(terms: dict, units: Units | BatchBlend, dims: int) -> dict:
     """The encoder's or decoder's terms in ``units``."""
     return {name: units.of(EDGE_KINDS[name], macs, dims) for name, macs in terms.items()}
-
-
-def model_params(model: DNArch, plan: Plan | None = None) -> Tensor:
-    """Differentiable parameter count of the deployed network the masks describe
-    (:func:`network_params` at :func:`model_sizes`): in value
-    :func:`architecture_params` of :func:`~dnarch_deploy.describe`."""
-    c = model.config
-    z = model_sizes(model, plan)
-    return network_params(in_channels=c.in_channels, out_channels=c.out_channels,
-                          stream=z["stream"], n_in=z["n_in"], n_mid=z["n_mid"], n_out=z["n_out"],
-                          taps=math.prod(_deployed_taps(z, c.input_size)),
-                          block_weights=z["weights"], heads=decoder_heads(c.pooling),
-                          second_mixing=c.second_mixing)
 
 
 def base_cost(config, units: Units | BatchBlend = MACS) -> float:
@@ -396,7 +333,7 @@ def base_cost(config, units: Units | BatchBlend = MACS) -> float:
         return units.base_ms
     size, H = tuple(config.input_size), config.width
     ops = block_operators(size, size, H, H, H, tuple(config.max_kernel), (False,) * len(size),
-                          stream=H, second_mixing=config.second_mixing)
+                          stream=H)
     return sum(_layers(size, 0 if config.vocab_size else config.in_channels, config.out_channels,
                        config.pooling, H, [ops] * config.depth, units).values()) + units.per_call
 
@@ -447,13 +384,12 @@ def complexity_loss(cost: Tensor, target: float) -> Tensor:
 
 def architecture_operators(arch) -> list[dict[str, Operator]]:
     """Per block of a frozen :class:`~dnarch_deploy.architecture.Architecture`, the operators it
-    lowers to by cost (:func:`dnarch_deploy.operators.block_operators`)."""
+    lowers to by cost (:func:`dnarch_deploy.block_ops.block_operators`)."""
     size = tuple(arch.input_size)
     return [block_operators(size, tuple(b.resolution), b.n_in, b.n_mid, b.n_out,
                             tuple(b.deployed_taps(size, arch.learn)),
                             tuple(b.cropped_axes(size)), stream=arch.stream_width,
-                            conv_fft=tuple(b.conv_fft) if b.conv_fft else None,
-                            second_mixing=arch.second_mixing)
+                            conv_fft=tuple(b.conv_fft) if b.conv_fft else None)
             for b in arch.blocks]
 
 
@@ -487,40 +423,3 @@ def architecture_cost(arch, units: Units | BatchBlend = MACS) -> float:
     """The cost of a frozen :class:`~dnarch_deploy.architecture.Architecture` (discrete sizes):
     the theoretical figure of a found network, in MACs per sample (or ``units``)."""
     return sum(layer_costs(arch, units).values()) + units.per_call
-
-
-def network_params(*, in_channels: int, out_channels: int, stream: Size, n_in: Tensor,
-                   n_mid: Tensor, n_out: Tensor, taps: Tensor,
-                   block_weights: Tensor | None = None, heads: int = 1,
-                   second_mixing: bool = True) -> Size:
-    """Parameters of a deployed (materialised) network from its sizes: sampled kernels (``taps``:
-    per block, the product over the axes), folded norms and pointwise layers, the decoder's
-    ``heads`` weight matrices (:func:`decoder_heads`); the kernel network and masks are gone after
-    export. Block arguments are (D,) tensors, weighted by ``block_weights`` (default 1)."""
-    blocks = n_in * taps + n_in + n_in * n_mid + n_mid
-    if second_mixing:
-        blocks = blocks + n_mid * n_out + n_out
-    if block_weights is not None:
-        blocks = blocks * block_weights
-    encoder = in_channels * stream + stream  # norm folded
-    return encoder + blocks.sum() + heads * stream * out_channels + out_channels
-
-
-def architecture_params(arch) -> int:
-    """Parameters of the deployed network of a frozen architecture (:func:`network_params`)."""
-
-    def column(values) -> Tensor:
-        return torch.tensor([float(v) for v in values], dtype=torch.float64)
-
-    blocks = arch.blocks
-    return int(round(float(network_params(
-        in_channels=arch.in_channels, out_channels=arch.out_channels,
-        stream=float(arch.stream_width), n_in=column(b.n_in for b in blocks),
-        n_mid=column(b.n_mid for b in blocks), n_out=column(b.n_out for b in blocks),
-        taps=column(math.prod(b.deployed_taps(arch.input_size, arch.learn)) for b in blocks),
-        heads=decoder_heads(arch.decoder_pooling()), second_mixing=arch.second_mixing))))
-
-
-def limit_loss(value: Tensor, limit: float) -> Tensor:
-    """relu(value / limit - 1)^2: a second constraint (paper §5), zero within the limit."""
-    return torch.relu(value / limit - 1.0) ** 2

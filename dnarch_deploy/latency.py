@@ -100,6 +100,7 @@ import torch
 from torch import Tensor
 
 from . import __version__
+from .curves import curve, interpolate, log_ms_per_mac, shape_grid
 from .io import atomic_write_text
 from .operators import CONV_TACTICS, RESAMPLE_FORMS
 from .tasks.cache import cache_root
@@ -192,80 +193,6 @@ def cache_path(threads: int = 1) -> Path:
 # --- the table ------------------------------------------------------------------------------------
 
 
-def _monotone(ys: list[float], counts: list[int]) -> list[float]:
-    """The non-decreasing least-squares fit to ``ys`` (weights ``counts``): pool adjacent
-    violators."""
-    pools: list[list[float]] = []  # [weighted sum, weight, points]
-    for y, c in zip(ys, counts):
-        pools.append([y * c, c, 1])
-        while len(pools) > 1 and pools[-2][0] / pools[-2][1] > pools[-1][0] / pools[-1][1]:
-            s, w, n = pools.pop()
-            pools[-1][0] += s
-            pools[-1][1] += w
-            pools[-1][2] += n
-    return [s / w for s, w, n in pools for _ in range(int(n))]
-
-
-def _curve(points: list[Point]) -> tuple[Tensor, Tensor, Tensor]:
-    """Knots (log MACs, log ms) of one kind at one batch and the slopes between them (float64):
-    equal MACs averaged, log ms made non-decreasing, and one more knot each side: below, at the
-    first point's time (flat), above, on the slope-1 line (ms proportional to MACs).
-    :func:`_interpolate` extends the end segments beyond their knots, so extrapolation is
-    interpolation."""
-    groups: dict[float, list[float]] = {}
-    for p in points:
-        groups.setdefault(math.log(p.macs), []).append(math.log(p.ms))
-    xs = sorted(groups)
-    ys = _monotone([sum(groups[x]) / len(groups[x]) for x in xs], [len(groups[x]) for x in xs])
-    kx = torch.tensor([xs[0] - 1, *xs, xs[-1] + 1], dtype=torch.float64)
-    ky = torch.tensor([ys[0], *ys, ys[-1] + 1], dtype=torch.float64)
-    return kx, ky, ky.diff() / kx.diff()
-
-
-def _shape_grid(points: list[Point]) -> dict[int, list[tuple]]:
-    """{positions: [(taps / positions, MACs per unit of width, curve), ...] by that ratio}: one
-    :func:`_curve` per measured shape, through its widths."""
-    grid: dict[int, dict[int, list[Point]]] = {}
-    for p in points:
-        grid.setdefault(p.positions, {}).setdefault(p.taps, []).append(p)
-    return {n: [(t / n, sum(p.macs / p.width for p in pts) / len(pts), _curve(pts))
-                for t, pts in sorted(by_taps.items())]
-            for n, by_taps in sorted(grid.items())}
-
-
-def _bracket(values: list[float], x: float) -> list[tuple[float, int]]:
-    """(weight, index) of the one or two ``values`` (increasing) around ``x``, linear in log x;
-    clamped to the nearest end outside them."""
-    if x <= values[0]:
-        return [(1.0, 0)]
-    if x >= values[-1]:
-        return [(1.0, len(values) - 1)]
-    hi = next(i for i, v in enumerate(values) if v >= x)
-    w = math.log(x / values[hi - 1]) / math.log(values[hi] / values[hi - 1])
-    return [(1.0 - w, hi - 1), (w, hi)]
-
-
-def _log_ms_per_mac(grid: dict, width: float, positions: float, taps: float) -> float:
-    """log(ms / MAC) of an operator of this shape: at each measured shape around it (bilinear
-    in log positions and log taps per position) the time per MAC of ``width`` there."""
-    lengths, total = list(grid), 0.0
-    for wp, i in _bracket(lengths, positions):
-        kernels = grid[lengths[i]]
-        for wt, j in _bracket([k[0] for k in kernels], taps / positions):
-            _, per_width, curve = kernels[j]
-            x = torch.tensor(math.log(per_width * width), dtype=torch.float64)
-            total += wp * wt * (float(_interpolate(x, curve)) - float(x))
-    return total
-
-
-def _interpolate(x: Tensor, curve: tuple[Tensor, Tensor, Tensor]) -> Tensor:
-    """Piecewise-linear y(x) through the knots of :func:`_curve`, the end segments extended; x a
-    tensor (any shape), differentiable in x."""
-    kx, ky, slope = (t.to(x) for t in curve)  # no copy for float64 on the CPU
-    i = (torch.searchsorted(kx, x.detach().contiguous(), right=True) - 1).clamp(0, len(kx) - 2)
-    return ky[i] + slope[i] * (x - kx[i])
-
-
 @dataclass
 class LatencyTable:
     """Measured operator latencies: ``points[batch][kind]``, a list of :class:`Point`."""
@@ -274,7 +201,7 @@ class LatencyTable:
     points: dict[int, dict[str, list[Point]]]
     source: str = "<memory>"  # the file it was read from, for messages
     _curves: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    # (batch, kind, dims) -> _shape_grid, for the kinds whose points there all record a shape
+    # (batch, kind, dims) -> shape_grid, for the kinds whose points there all record a shape
     _shapes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # (batch, kind, dims, width, positions, taps) -> log ms per MAC: the search prices the same
     # few shapes at every step
@@ -283,15 +210,15 @@ class LatencyTable:
     def __post_init__(self) -> None:
         for batch, kinds in self.points.items():
             for kind, pts in kinds.items():
-                self._curves[batch, kind, None, None] = _curve(pts)
+                self._curves[batch, kind, None, None] = curve(pts)
                 for dims in {p.dims for p in pts}:
                     same = [p for p in pts if p.dims == dims]
-                    self._curves[batch, kind, dims, None] = _curve(same)
+                    self._curves[batch, kind, dims, None] = curve(same)
                     for axis in {p.axis for p in same} - {None}:
-                        self._curves[batch, kind, dims, axis] = _curve(
+                        self._curves[batch, kind, dims, axis] = curve(
                             [p for p in same if p.axis == axis])
                     if all(p.width and p.positions and p.taps for p in same):
-                        self._shapes[batch, kind, dims] = _shape_grid(same)
+                        self._shapes[batch, kind, dims] = shape_grid(same)
 
     @property
     def batches(self) -> list[int]:
@@ -329,7 +256,7 @@ class LatencyTable:
         positive = m > 0
         # where() takes no gradient from the masked branch; log of 1 keeps it finite
         log_m = torch.log(torch.where(positive, m, 1.0))
-        log_ms = _interpolate(log_m, self._curve(near, kind, dims, axis))
+        log_ms = interpolate(log_m, self.curve(near, kind, dims, axis))
         grid = self._shapes.get((near, kind, dims))
         if grid is not None:
             shapes = torch.stack(torch.broadcast_tensors(
@@ -338,7 +265,7 @@ class LatencyTable:
                             if min(q) > 0}:
                 key = (near, kind, dims, c, p, t)
                 if key not in self._rates:
-                    self._rates[key] = _log_ms_per_mac(grid, c, p, t)
+                    self._rates[key] = log_ms_per_mac(grid, c, p, t)
                 here = (shapes[..., :3] == shapes.new_tensor([c, p, t])).all(-1)
                 log_ms = torch.where(here, log_m + self._rates[key], log_ms)
         ms = torch.where(positive, torch.exp(log_ms) * (batch / near), 0.0)
@@ -359,7 +286,7 @@ class LatencyTable:
         scale = torch.where(known, padded * positions * taps / torch.where(known, m, 1.0), 1.0)
         return m * scale.detach(), (torch.where(known, padded, width), positions, taps)
 
-    def _curve(self, batch: int, kind: str, dims: int, axis: int | None
+    def curve(self, batch: int, kind: str, dims: int, axis: int | None
                ) -> tuple[Tensor, Tensor, Tensor]:
         """The points measured on ``dims`` axes (along ``axis``), else on ``dims`` axes, else all
         of the kind's."""

@@ -127,32 +127,23 @@ def sigmoid_mu_range(tau: float) -> tuple[float, float]:
     return mu_min, mu_max
 
 
-def floor_half_taps(k_max: int, floor: float = 0.0) -> int:
-    """Half-width of the shortest kernel allowed: floor(``floor`` x k_max / 2), so about ``floor``
-    x k_max taps (427 x 1/16 = 26.7 gives 27), and never under 1: 3 taps, one step either side of
-    the centre, so the kernel never collapses to one sample. The kernel is counted at full
-    resolution: a cropped block runs fewer taps."""
-    return max(1, math.floor(k_max * floor / 2 + 1e-9))
-
-
-def gaussian_sigma_range(k_max: int, threshold: float = THRESHOLD,
-                         floor: float = 0.0) -> tuple[float, float]:
-    """[sigma_min, sigma_max]: at sigma_min the support holds the shortest kernel allowed
-    (:func:`floor_half_taps`); at sigma_max it spans the kernel."""
+def gaussian_sigma_range(k_max: int, threshold: float = THRESHOLD) -> tuple[float, float]:
+    """[sigma_min, sigma_max]: at sigma_min the support holds the shortest kernel allowed, 3 taps
+    (one step either side of the centre, so the kernel never collapses to one sample; counted at
+    full resolution); at sigma_max it spans the kernel."""
     step = 2.0 / max(k_max - 1, 1)
     root = math.sqrt(-2.0 * math.log(threshold))
-    return min(floor_half_taps(k_max, floor) * step, 1.0) * INSIDE / root, INSIDE / root
+    return min(step, 1.0) * INSIDE / root, INSIDE / root
 
 
-def sigma_for_kernel(taps: int, k_max: int, threshold: float = THRESHOLD,
-                     floor: float = 0.0) -> float:
+def sigma_for_kernel(taps: int, k_max: int, threshold: float = THRESHOLD) -> float:
     """The sigma whose support holds the centred kernel of ``taps`` (odd) of the k_max taps on
     linspace(-1, 1, k_max): the global kernel's sigma when taps >= k_max, sigma_min when taps is
     under the shortest kernel allowed."""
     if taps >= k_max:
         return sigma_for_full_kernel(threshold)
     x_t = (taps // 2) * 2.0 / (k_max - 1) * INSIDE
-    sigma_min = gaussian_sigma_range(k_max, threshold, floor)[0]
+    sigma_min = gaussian_sigma_range(k_max, threshold)[0]
     return max(x_t / math.sqrt(-2.0 * math.log(threshold)), sigma_min)
 
 

@@ -1,6 +1,9 @@
 """The operators export lowers a block to, their multiply-accumulates, and the by-cost choice
 among the forms of each: the one place both the search's cost model (:mod:`dnarch_deploy.cost`)
 and export (:mod:`export.tactics`, :mod:`export.resampling`, :mod:`export.policy`) take them from.
+A block's sequence of operators, each declared once with its MACs at export's choices and the
+smooth formula the search's gradient follows, is :mod:`dnarch_deploy.block_ops`
+(:func:`~dnarch_deploy.block_ops.block_operators`).
 
 A block of the deployed network runs, in order: a Slice of the channels it reads (where it reads
 fewer than the stream has), per cropped axis a spectral downsampling, the depthwise 'same'
@@ -43,7 +46,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
 
 from .spectral import conv_fft_length
 
@@ -52,49 +54,30 @@ CONV_TACTICS = ("direct", "dense", "matmul", "multistep", "dft")
 PORTABLE = ("direct", "dense", "matmul", "multistep")  # no DFT op: every backend runs them
 RESAMPLE_FORMS = ("dense", "factored", "split")
 
-# Measured multiply-adds per second against the four-step's, the by-cost choice's weights.
-# - direct (a one-row image on channels padded to a multiple of 4): about the four-step's rate
-#   since the four-step folds its twiddle into batched MatMuls (median of 18 cases 1.06x, from
-#   0.67x for a 299-tap kernel on 150 samples at batch 32 to 3.7x on 8x8 images; before that
-#   change 1.79x: ``benchmarks/direct_conv.py`` table 2).
-# - multistep: narrower MatMuls plus memory-bound Transposes and twiddles, in onnxruntime on CPU
-#   about 3x (batch 1) to 4x (batch 16) slower per multiply-add than the four-step's two large
-#   MatMuls (L=1024 and 4096, 64 channels, 1 thread).
-# - dft: only ever chosen by measurement: onnxruntime's DFT kernel is far slower than its
-#   operation count says.
-# - dense: only ever chosen by measurement (``--tune``, whole networks at every ``--batch``). Alone,
-#   a convolution runs as many multiply-adds per second as the four-step at batch 1 and up to 6.7x
-#   at batch 32, but a whole network reads C P^2 weights per block per call: base CCNN_{4,W}
-#   networks of 64-251 samples and 8x8-16x16 images ran 1.3-7.5x slower at batch 1 than with
-#   the by-cost tactics, and 0.76-1.41x their time at batch 32 (``benchmarks/dense_conv.py``).
+# The by-cost choice's weights: measured multiply-adds per second against the four-step's.
+# direct runs about as fast; multistep 3-4x slower; dense and dft are chosen by measurement only
+# (docs/export.md "Lowerings"; benchmarks/direct_conv.py, benchmarks/dense_conv.py).
+CONV_COST_WEIGHT = {"direct": 0.95, "dense": math.inf, "matmul": 1.0, "multistep": 3.0,
+                    "dft": math.inf}
 # The dense tactic's matrices hold C P^2 weights (P positions): 16 MB per block for 64 channels at
 # 256 positions. Above that it is not offered.
 DENSE_MAX_POSITIONS = 256
-CONV_COST_WEIGHT = {"direct": 0.95, "dense": math.inf, "matmul": 1.0, "multistep": 3.0,
-                    "dft": math.inf}
 
-# The factored forms run four MatMuls (two batched over N2 small matrices) and three Transposes
-# where the dense form runs one large GEMM: in onnxruntime on CPU they do about a third as many
-# multiply-adds per second (measured, 1-D, 32 channels: break-even at a MAC ratio of ~3).
+# The factored resampling forms run about a third as many multiply-adds per second as one dense
+# GEMM in onnxruntime on CPU (docs/export.md "Lowerings").
 FACTORED_MAC_PENALTY = 3.0
 
-# onnxruntime's CPU grouped Conv takes its fast (NCHWc) depthwise kernel only for 2-D inputs whose
-# channel count is a multiple of 4: on images with another channel count the one-row, padded form
-# below is 1.5-19x faster, on 1-D inputs up to 6.5x (slower only for 3-tap kernels on 512 samples:
-# 0.7-1.0x, microseconds) (1 thread, batch 1 and 32: ``benchmarks/direct_conv.py`` table 1). The
-# direct tactic runs that way: its channels padded with zero filters, priced at the padded count.
+# onnxruntime's fast (NCHWc) depthwise kernel wants a channel count that is a multiple of 4 on a
+# 2-D input: the direct tactic runs as a one-row image with its channels padded to it, priced at
+# the padded count (benchmarks/direct_conv.py).
 DEPTHWISE_CHANNEL_MULTIPLE = 4
 
 # the largest later factor of a MatMul FFT tried (a stage's DFT matrix is factor x factor)
 MAX_STAGE_FACTOR = 64
 MAX_FACTORS = {"matmul": 2, "multistep": 3}
-# The four-step's second factor N2 is a multiple of 8 from 16: its layout moves rows of N2 values
-# (Transposes) and multiplies (2 N2)-wide matrices, and onnxruntime runs those faster than the
-# grids of fewest MACs (N2 7-43): 0.64-0.82x their time at 150-256 samples, 0.88-1.0x at 512-4096,
-# within 9 % of the fastest grid tried (global kernels, 32-64 channels, 1 thread, batch 1 and 32:
-# ``benchmarks/four_step.py``). A circular convolution runs at exactly the training's N and cannot
-# round it up to such a grid: there any N2 dividing N is tried, and its fewer MACs win over the
-# slower grid (``benchmarks/circular_conv.py``).
+# The four-step's second factor N2 is a multiple of 8 from 16: onnxruntime runs those layouts
+# faster than the grids of fewest MACs (benchmarks/four_step.py); a circular convolution at the
+# training's N tries any N2 dividing N instead (benchmarks/circular_conv.py).
 FOUR_STEP_N2 = range(16, MAX_STAGE_FACTOR + 1, 8)
 
 
@@ -371,80 +354,3 @@ def cheapest_resample(n: int, size: int) -> str:
     best = min(cands, key=lambda t: resample_macs(t, n, size))
     factored = resample_macs(best, n, size) * FACTORED_MAC_PENALTY
     return best if factored < resample_macs("dense", n, size) else "dense"
-
-
-# --- a block --------------------------------------------------------------------------------------
-
-
-class Operator(NamedTuple):
-    kind: str  # what a latency table is keyed by: linear, pointwise, add, copy, conv.<tactic>,
-    # resample.<form>
-    macs: float  # multiply-accumulates per sample
-    # a convolution's or linear layer's shape, by which a latency table prices it (0: none):
-    # its width (channels; C_in * C_out of a linear layer), the product of its spatial size and
-    # of its deployed kernel's taps (1 for a linear layer)
-    width: int = 0
-    positions: int = 0
-    taps: int = 0
-
-
-def block_operators(input_size: tuple[int, ...], resolution: tuple[int, ...], n_in: int,
-                    n_mid: int, n_out: int, conv_taps: tuple[int, ...],
-                    cropped: tuple[bool, ...], *, stream: int,
-                    conv_fft: tuple[int, ...] | None = None,
-                    second_mixing: bool = True) -> dict[str, Operator]:
-    """The operators one block lowers to by cost, by name in the order they run: ``read`` (a
-    Slice of the first n_in of the ``stream``'s channels, where n_in is fewer; for a direct
-    convolution as many as its padded count :func:`depthwise_channels`, or all the stream has,
-    and linear1 has that many columns), ``down<a>`` per cropped axis a (the channels read,
-    input size -> resolution), ``conv`` (n_in channels at the
-    resolution, ``conv_taps`` taps: the deployed kernel's; with ``conv_fft``, the training's FFT
-    lengths of a block whose resolution mask filters its spectrum, circular at
-    :func:`conv_period` in the MatMul FFT forms), ``linear1``, ``bias1`` (its
-    per-position bias, an Add: the folded norm's shift carried through the convolution),
-    ``gelu``, ``linear2`` (at the resolution; none without ``second_mixing``), ``up<a>`` per
-    axis whose resolution is not the input's (n_out channels), ``residual`` (at the input's
-    size) and ``write`` (where n_out is fewer than the stream's channels: two Slices and a
-    Concat, the whole stream copied).
-    Resampling runs one axis after the other: each axis's lines are the channels times the
-    other axes' current sizes. Element-wise and copying operators count one MAC per element of
-    their result: on small inputs onnxruntime's per-node cost, not their arithmetic, is what they
-    add (``benchmarks/latency_prediction.py``)."""
-    ops: dict[str, Operator] = {}
-    shape = list(input_size)
-    positions = math.prod(input_size)
-    period = conv_period(resolution, conv_taps, conv_fft) if conv_fft else None
-    tactic = conv_by_cost(n_in, resolution, conv_taps, period)
-    # a direct convolution's zero filters read stream channels and meet zero columns of linear1
-    # (export's StaticBlock.read_wider): no Pad or Slice around it where the stream has them
-    columns = depthwise_channels(n_in) if tactic == "direct" else n_in
-    read = min(columns, stream)
-    if read < stream:
-        ops["read"] = Operator("copy", float(positions * read))
-    for a, crop in enumerate(cropped):
-        if crop:
-            form = cheapest_resample(input_size[a], resolution[a])
-            lines = read * math.prod(shape) // shape[a]
-            ops[f"down{a}"] = Operator(f"resample.{form}",
-                                       float(lines * resample_macs(form, shape[a], resolution[a])))
-            shape[a] = resolution[a]
-    r = math.prod(resolution)
-    ops["conv"] = Operator(f"conv.{tactic}",
-                           conv_macs(tactic, n_in, resolution, conv_taps, period),
-                           n_in, r, math.prod(conv_taps))
-    ops["linear1"] = Operator("linear", float(r * columns * n_mid), columns * n_mid, r, 1)
-    ops["bias1"] = Operator("add", float(r * n_mid))
-    ops["gelu"] = Operator("pointwise", float(r * n_mid))
-    if second_mixing:
-        ops["linear2"] = Operator("linear", float(r * n_mid * n_out), n_mid * n_out, r, 1)
-    for a, (n, size) in enumerate(zip(resolution, input_size)):
-        if n != size:
-            form = cheapest_resample(n, size)
-            lines = n_out * math.prod(shape) // shape[a]
-            ops[f"up{a}"] = Operator(f"resample.{form}",
-                                     float(lines * resample_macs(form, n, size)))
-            shape[a] = size
-    ops["residual"] = Operator("add", float(positions * n_out))
-    if n_out < stream:
-        ops["write"] = Operator("copy", float(positions * stream))
-    return ops

@@ -1,42 +1,22 @@
 """The base network's measured onnxruntime time: what a ``--cost latency`` budget is a share of.
 
-A latency table prices each operator timed alone. Inside a whole network onnxruntime keeps or
-changes layouts between operators, and the base CCNN_{D,H}, the budget's reference, is where the
-table errs most: it predicted the base at 1.40x / 1.28x its measured time on 8x8 images (batch 1 /
-32; the width of 32 runs as one NCHWc chain) and at 0.71x on 251 samples at batch 32, where
-random networks of the search space were predicted at 0.78-1.03x (medians at those shapes and
-batches; ``benchmarks/latency_prediction.py``, ``benchmarks/results/latency_prediction.md``).
-A found network's cost over a *predicted* base carries the base's error whole, so the search
-measures the base instead: exported as ``python -m export.onnx --no-tune`` would ship it (random
-weights and BatchNorm statistics; time does not depend on them) and timed in one session at the
-budget's batches, one thread, before training starts.
+A latency table prices operators timed alone, and errs most on the base CCNN, the budget's
+reference; so the search measures the base instead, exported as ``python -m export.onnx
+--no-tune`` would ship it, in one session at the budget's batches, one thread.
 
-The table's milliseconds are those of the hour it was measured, and the machine's speed drifts:
-this machine ran the table's own operators at 0.99x to 1.40x their tabled time from one call to
-the next (benchmarks/base_drift.py), and a base timed in a slow moment, divided into a found
-network's predicted milliseconds, let the search overspend its budget by as much. So the
-base's time is put in the table's time: a few of the table's points are timed in turns with the
-base (:func:`export.latency_table.probe_times`), and the base's milliseconds divided by how
-much slower than tabled they ran (:func:`base_in_table_time`).
-
-Which points: eight fixed ones (``probe="generic"``, the default), not the base's own
-(``probe="base"``, :func:`base_probe`). Drift is not the same for every operator: in one fast
-hour the fixed points ran at 0.68x their tabled time and the base's own at 0.86x. The base's
-own points put the base's time in the table's more steadily (benchmarks/base_drift.py), but a
-budget is met when the *found* network's operators drift as the probe's do, and found networks
-are made of smaller operators than the base. In that hour, with the base's own points,
-GunPoint's networks ran at 0.21 of the base's time at budget 0.25 and 0.91 at 1 (batch 1); with
-the fixed points, in the same hour, at 0.28 and 1.30 (README, "Budget honesty").
-
-So the search, as it trains, also takes the network its masks describe as the probe
-(``probe="found"``, :func:`found_probe`): that network's measured time over its predicted one is
-the slowdown the budget has to meet, and the base's time divided by it is the base in the time of
-the found network's own operators (``search.train``'s latency checks).
+The table's milliseconds are those of the hour it was measured, and this machine's speed drifts
+between calls, so the base's time is put in the table's: a probe is timed in turns with the base
+and the base's milliseconds divided by how much slower than tabled the probe ran
+(:func:`base_in_table_time`). The probe is eight fixed table points before training
+(``probe="generic"``), and during training the network the masks describe (``probe="found"``):
+its measured time over its predicted one is the slowdown its budget has to meet. Why these
+probes, with the figures: docs/cost.md "Latency checks".
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import math
@@ -55,14 +35,7 @@ from dnarch_deploy.latency import LatencyTable, load_table
 from dnarch_deploy.rundir import RunError, load_weights
 
 from .emit import to_onnx
-from .latency_table import (
-    Case,
-    nearest_cases,
-    probe_sessions,
-    probe_times,
-    speed_against,
-    speed_probe_cases,
-)
+from .latency_table import Case, case_sessions, global_taps, grid, macs, median_ms, point_shape
 from .lowering import lower
 from .pipeline import ExportOptions
 from .policy import choose_lowering
@@ -72,6 +45,95 @@ from .tune import example_input
 
 REPEATS = 40  # timed calls per batch (the median is kept)
 ROUNDS = 4  # rounds of probe points and base calls (base_in_table_time)
+
+
+# --- the probe: table points timed again ---------------------------------------------------------
+
+# Table points timed again to tell how fast this machine runs now against the table (it ran
+# them at 0.99x to 1.40x their tabled time from one call to the next: benchmarks/base_drift.py).
+# The generic probe: the base CCNN's kinds, at its width, on a sequence and an image.
+SPEED_PROBE_KINDS = ("linear", "pointwise", "conv.direct", "add")
+SPEED_PROBE_SIZES = ((1024,), (32, 32))
+
+
+def speed_probe_cases() -> list[Case]:
+    """The generic probe: each of SPEED_PROBE_KINDS at 32 channels on each of SPEED_PROBE_SIZES
+    (a direct convolution with the grid's short kernel, 9 taps an axis)."""
+    return [Case(kind, 32, size, taps=tuple(min(9, t) for t in global_taps(size))
+                 if kind == "conv.direct" else ())
+            for kind in SPEED_PROBE_KINDS for size in SPEED_PROBE_SIZES]
+
+
+def _log_distance(case: Case, op_macs: float, shape: tuple[int, int, int]) -> float:
+    """How far ``case`` is from an operator of ``op_macs`` and ``shape`` (width, positions,
+    taps; 0: unknown): the summed |log| of the ratios of the fields both know."""
+    width, positions, taps = point_shape(case)
+    ours = (macs(case), width, positions or math.prod(case.size), taps)
+    return sum(abs(math.log(x / y)) for x, y in zip(ours, (op_macs, *shape)) if x > 0 and y > 0)
+
+
+def nearest_cases(operators: list[tuple], table: LatencyTable, batches: list[int],
+                  most: int = 8) -> list[tuple[Case, float]]:
+    """A probe made of a network's own operators: for each of ``operators`` (kind, MACs, spatial
+    axes, a resampling's axis, (width, positions, taps) as :func:`point_shape` counts them with
+    0 where unknown, its share of the network's time), the grid case of its kind and axes (and
+    axis) that the table measured at every one of ``batches`` nearest it
+    (:func:`_log_distance`); (case, summed share) for the ``most`` cases of largest share.
+    Timed again, such points drift as the network's operators do: one kind can slow while
+    another keeps its speed (benchmarks/base_drift.py: in one fast hour the generic probe ran
+    at 0.68x its tabled time and GunPoint's base's own points at 0.86x; export.base_latency says
+    why the search still uses the generic one)."""
+    known = {(k, str(c)): c for k, cs in grid().items() for c in cs}
+    measured = [{(k, p.shape) for k, ps in table.points[table.nearest_batch(b)].items()
+                 for p in ps} for b in batches]
+    shares: dict[Case, float] = {}
+    for kind, op_macs, dims, axis, shape, share in operators:
+        cases = [c for (k, name), c in known.items()
+                 if k == kind and len(c.size) == dims and (axis is None or c.axis == axis)
+                 and all((k, name) in m for m in measured)]
+        if cases and op_macs > 0:
+            case = min(cases, key=lambda c: _log_distance(c, op_macs, shape))
+            shares[case] = shares.get(case, 0.0) + share
+    return sorted(shares.items(), key=lambda cs: -cs[1])[:most]
+
+
+def probe_sessions(threads: int, cases: list[Case] | None = None) -> list[tuple]:
+    """(its ONNX graph, an onnxruntime session) of each of ``cases`` (default: the generic
+    :func:`speed_probe_cases`). Their random weights and example inputs leave the caller's torch
+    generator as it was."""
+    with torch.random.fork_rng(devices=[]):  # the CPU generator only: no CUDA context
+        return list(case_sessions(cases or speed_probe_cases(), threads))
+
+
+def probe_times(sessions: list[tuple], batches: list[int]) -> dict[int, list[float]]:
+    """Per batch, the median milliseconds of a call of each probe case (:func:`probe_sessions`)
+    now."""
+    return {b: [median_ms(runner(sess, random_feeds(sub, b))) for sub, sess in sessions]
+            for b in batches}
+
+
+def speed_against(table: LatencyTable, times: dict[int, list[float]],
+                  cases: list[Case] | None = None,
+                  weights: list[float] | None = None) -> dict[int, float]:
+    """Per batch, how many times its tabled time this machine took for the probe ``cases``
+    (default: the generic ones) just now (:func:`probe_times`): of each case, the call's time
+    over the table's (the operator's predicted milliseconds plus a call's fixed cost); over the
+    cases, their median, or with ``weights`` (each case's share of a network's time,
+    :func:`nearest_cases`) their weighted mean, the network's own slowdown. 1.0: as fast as
+    when the table was measured; 1.4: 40 % slower."""
+    cases = cases or speed_probe_cases()
+    speed = {}
+    for b, measured in times.items():
+        ratios = [ms / (table.predict_ms(case.kind, macs(case), b, len(case.size),
+                                         case.axis if case.out else None, point_shape(case))
+                        + table.overhead(b))
+                  for case, ms in zip(cases, measured, strict=True)]
+        speed[b] = (statistics.median(ratios) if weights is None else
+                    sum(w * r for w, r in zip(weights, ratios, strict=True)) / sum(weights))
+    return speed
+
+
+# --- the base -------------------------------------------------------------------------------------
 
 
 def random_inputs(config: ModelConfig, samples: int, generator: torch.Generator) -> torch.Tensor:
@@ -137,7 +199,7 @@ def base_probe(config: ModelConfig, table: LatencyTable,
                batches: Sequence[int]) -> tuple[list[Case], list[float] | None]:
     """(cases, weights): the table's points nearest the base network's own operators, each
     weighted by its share of the base's predicted time, averaged over ``batches``
-    (:func:`~export.latency_table.nearest_cases`); the generic probe, unweighted, if none is
+    (:func:`nearest_cases`); the generic probe, unweighted, if none is
     found."""
     positions = math.prod(config.input_size)  # the base runs every operator at full size
     operators = []
@@ -168,7 +230,7 @@ def found_probe(model: DNArch, table: LatencyTable, batches: Sequence[int], thre
 def table_probe(config: ModelConfig, table: LatencyTable, batches: Sequence[int],
                 threads: int = 1, probe: str = "generic") -> Callable[[], dict[int, float]]:
     """The table's own points as the probe: a function that times them and returns per batch how
-    many times their tabled time they took (:func:`~export.latency_table.speed_against`): eight
+    many times their tabled time they took (:func:`speed_against`): eight
     fixed points (``"generic"``) or those nearest the base's operators (``"base"``,
     :func:`base_probe`)."""
     cases, weights = (base_probe(config, table, batches) if probe == "base"
@@ -210,11 +272,48 @@ def base_in_table_time(config: ModelConfig, batches: Sequence[int], table: Laten
             "speed": [statistics.median(v for _, v in r) for r in per_batch]}
 
 
+class MeasurementError(RuntimeError):
+    """Timing the base network failed; the message is for the user."""
+
+
+def base_milliseconds(config: ModelConfig, batches: Sequence[int], table_path: str = "",
+                      found: DNArch | None = None) -> list[float]:
+    """The base network's onnxruntime milliseconds at ``batches`` in the time of the latency
+    table ``table_path`` (empty: this machine's, else the bundled one), measured in this process,
+    1 thread (:func:`base_in_table_time`). ``found``: the search's model, whose network (the
+    architecture its masks describe) is timed beside the base as the probe (a copy, on the CPU:
+    the model and the caller's random streams are left as they were); none: the table's fixed
+    points. Says them in a note; raises MeasurementError when the timing fails."""
+    try:
+        with torch.random.fork_rng(devices=[]):
+            probe = copy.deepcopy(found).cpu() if found is not None else None
+            table = load_table(table_path or None, threads=1, batches=list(batches))
+            timed = base_in_table_time(config, list(batches), table,
+                                       probe="found" if probe is not None else "generic",
+                                       found=probe)
+    except (RuntimeError, ValueError, OSError) as e:  # an export or a session that failed
+        raise MeasurementError(f"timing the base network for --cost latency failed: {e} "
+                               f"(--base-ms gives its times instead)") from e
+    at = ", ".join(f"{ms:.4g} ms at batch {b}" for b, ms in zip(batches, timed["measured_ms"]))
+    speed = ", ".join(f"{v:.2f}x" for v in timed["speed"])
+    shares = ", ".join(f"{ms:.4g}" for ms in timed["base_ms"])
+    if found is not None:
+        probe_text = f"the network the masks describe ran at {speed} its predicted time"
+        reference = "the found network's"
+    else:
+        probe_text = f"the latency table's probe points ran at {speed} their tabled time"
+        reference = "the table's (--base-ms with --latency-checks 0 pins it)"
+    print(f"note: the base network runs in {at} here (onnxruntime, 1 thread), while "
+          f"{probe_text}: the budget is a share of {shares} ms, the base's time in {reference}",
+          file=sys.stderr)
+    return timed["base_ms"]
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m export.base_latency --model JSON --batch 1 --batch 32``: prints
     ``{"base_ms": [...], "measured_ms": [...], "speed": [...]}`` (:func:`base_in_table_time`,
     against this machine's latency table or ``--latency-table``'s), the base's milliseconds at
-    each batch (search.run's --cost latency runs it in a process of its own)."""
+    each batch (search.run's --cost latency calls :func:`base_milliseconds` in-process)."""
     parser = argparse.ArgumentParser(prog="python -m export.base_latency",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True,

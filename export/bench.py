@@ -3,10 +3,13 @@ trained model and the static module in eager PyTorch measured in the same run.
 
 Theoretical figures are multiply-accumulates per sample:
 
-- ``theoretical``: the lowered layer's own operators, per tactic (export.tactics.conv_macs:
-  direct conv C*L*K, dense C*P^2, MatMul-FFT its MatMuls, DFT op C*N*log2 N) plus the
+- ``theoretical``: the lowered layer's own operators, from the one description of a block's
+  operators (:func:`dnarch_deploy.block_ops.block_operators`) at the choices export made for it:
+  its tactic (direct conv C*L*K, dense C*P^2, MatMul-FFT its MatMuls, DFT op C*N*log2 N), its
   resampling as executed (per axis dense MatMul n*m per line, or the factored four-step form's
-  MatMuls: export.resampling.resample_macs);
+  MatMuls), or the stream carried as its spectrum (per block two spectral halves at its own
+  resolution, the residual over 2 K values; :func:`dnarch_deploy.block_ops.spectrum_stream`
+  outside the blocks);
 - ``paper`` (the key is kept from version 1 of report.json): the search's cost model for the
   found architecture, per layer (:func:`dnarch_deploy.cost.layer_costs`): the same operators,
   at the tactics export picks by cost; its total is
@@ -31,10 +34,10 @@ import torch
 from torch import Tensor, nn
 
 from dnarch_deploy import Architecture, DNArch, describe
+from dnarch_deploy.block_ops import Operator, block_operators, spectrum_stream
 from dnarch_deploy.cost import decoder_cost, layer_costs, linear_cost, pointwise_cost
 
 from .static import StaticNet
-from .tactics import conv_macs
 from .timing import (
     achieved_gflops,
     layer_latency,
@@ -48,14 +51,29 @@ from .timing import (
 
 def axis_matmul_macs(module: nn.Module, channels: int, shape: tuple[int, ...]) -> float:
     """MACs of one lowered resampling (n -> m samples along its axis) on a (channels, *shape)
-    input: the module's MACs per line (dense MatMul n * m; factored its four MatMuls) times the
-    lines along the axis."""
+    input, counted from the module: its MACs per line (dense MatMul n * m; factored its four
+    MatMuls) times the lines along the axis."""
     lines = channels * math.prod(shape) // shape[module.dim]
     return float(lines * module.macs())
 
 
 def tactic_of(block: nn.Module) -> str:
     return getattr(block, "tactic", "fft")
+
+
+def lowered_operators(block: nn.Module, size: tuple[int, ...], stream: int,
+                      bins: int | None) -> dict[str, Operator]:
+    """The operators of a lowered block (:func:`dnarch_deploy.block_ops.block_operators`) at
+    the choices export made for it: its tactic, its resampling forms, the stream carried as its
+    first ``bins`` bins (None: as its samples) and whether a direct convolution reads its
+    padding from the stream (``StaticBlock.read_wider``)."""
+    axes = {len(size) + m.dim for m in block.down}
+    return block_operators(
+        size, tuple(block.bias1.shape[1:]), block.n_in, block.w1.shape[0], block.n_out,
+        tuple(block.conv.taps), tuple(a in axes for a in range(len(size))), stream=stream,
+        conv_fft=block.conv.period,  # the circular lengths: their own conv_period
+        tactic=block.tactic, resample=None if bins else block.resample_tactics, spectrum=bins,
+        read_wider=block.w1.shape[1] > block.n_in)
 
 
 def theoretical_costs(
@@ -69,46 +87,24 @@ def theoretical_costs(
     enc = lowered.encoder
     stream = enc.weight.shape[1] if enc.tokens else enc.weight.shape[0]
     c_in = 0 if enc.tokens else enc.weight.shape[1]  # a token encoder is a table look-up
-    # the stream as its spectrum (export.spectrum): one transform after the encoder, residual adds
-    # (and a narrowed block's Slices and Concat) over 2 K values, the decoder's mean read from DC
-    # (its maximum from the stream transformed back and added to the encoder's output)
+    # the stream as its spectrum (export.spectrum): its price outside the blocks
     spectrum = enc.spectrum
-    stream_length = length if spectrum is None else 2 * spectrum.out_bins
+    bins = None if spectrum is None else spectrum.out_bins
+    carried = None if bins is None else spectrum_stream(
+        int(length), stream, bins, lowered.decoder.spectrum.back is not None)
+    extra = {} if carried is None else carried.encoder
     out: dict[str, dict[str, float]] = {}
     out["encoder"] = {
         "theoretical": float(linear_cost(length, c_in, stream) + pointwise_cost(length, stream)
-                             + (0 if spectrum is None else stream * spectrum.macs())),
+                             + sum(op.macs for op in extra.values())),
     }
     for i, block in enumerate(lowered.blocks):
-        res = tuple(block.bias1.shape[1:])
-        n_in, n_mid, n_out = block.n_in, block.w1.shape[0], block.n_out
-        read, columns = block.read, block.w1.shape[1]  # n_in, or more (StaticBlock.read_wider)
-        work, shape = 0.0, list(size)
-        if read < stream:  # Slice the channels it reads
-            work += pointwise_cost(stream_length, read)
-        for m in block.down:
-            work += axis_matmul_macs(m, read, tuple(shape))
-            shape[m.dim] = m.sizes[1]
-        taps = block.conv.taps
-        r = float(math.prod(res))
-        work += conv_macs(tactic_of(block), n_in, res, taps, block.conv.period)
-        work += linear_cost(r, columns, n_mid) + 2 * pointwise_cost(r, n_mid)  # bias, GELU
-        if block.w2 is not None:
-            work += linear_cost(r, n_mid, n_out)
-        shape = list(res)
-        for m in block.up:
-            work += axis_matmul_macs(m, n_out, tuple(shape))
-            shape[m.dim] = m.sizes[1]
-        work += pointwise_cost(stream_length, n_out)
-        if n_out < stream:  # the residual's Slices and Concat copy the stream
-            work += pointwise_cost(stream_length, stream)
-        out[f"blocks.{i}"] = {"theoretical": float(work)}
-    back = None if spectrum is None else lowered.decoder.spectrum.back
-    pooled = length if spectrum is None or back is not None else 1
+        ops = lowered_operators(block, size, stream, bins)
+        out[f"blocks.{i}"] = {"theoretical": float(sum(op.macs for op in ops.values()))}
+    pooled = length if carried is None else carried.pooled
     dec = decoder_cost(pooled, stream, lowered.decoder.weight.shape[0], lowered.decoder.pooling)
-    if back is not None:  # the bins' change (2 K values), transformed back and added to h0
-        dec["back"] = (pointwise_cost(stream_length, stream) + stream * back.macs()
-                       + pointwise_cost(length, stream))
+    if carried is not None and carried.decoder:
+        dec["back"] = sum(op.macs for op in carried.decoder.values())
     out["decoder"] = {"theoretical": float(sum(dec.values()))}
     if found is not None:
         paper = layer_costs(found)

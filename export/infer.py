@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dnarch_deploy.rundir import read_export_report
+
 from .artifacts import ARCHITECTURE_FILE, ONNX_FILE, REPORT_FILE, SCHEMA
 from .timing import session
 
@@ -276,8 +278,11 @@ def _tensorrt(export_dir: Path, predictor: Predictor, x: np.ndarray, y: np.ndarr
     if not tensorrt_available():
         print("tensorrt is not installed: skipped the TensorRT engine (ran onnxruntime)")
         return y
-    report = json.loads((export_dir / REPORT_FILE).read_text())
-    trt_backend = report["backends"]["tensorrt"]
+    report = read_export_report(export_dir)  # a damaged one: a RunError naming file and field
+    trt_backend = report.backends.get("tensorrt")
+    if trt_backend is None:
+        raise InputError(f"{export_dir / REPORT_FILE}: missing field 'backends.tensorrt'; "
+                         f"{REEXPORT}")
     if not trt_backend["compatible"]:
         print(f"skipped TensorRT: the model uses {', '.join(trt_backend['unsupported_ops'])}; "
               f"export with --tactic direct or matmul (ran onnxruntime)")

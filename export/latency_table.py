@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -44,13 +43,14 @@ from dnarch_deploy.latency import (
     make_header,
 )
 from dnarch_deploy.operators import conv_macs, conv_period, resample_candidates, resample_macs
+from dnarch_deploy.progress import Progress
 from dnarch_deploy.spectral import conv_fft_sizes, next_fast_len
 
 from .emit import to_onnx
 from .resampling import lower_resample
 from .static import Resample, pointwise
 from .tactics import distinct_tactics, make_conv
-from .timing import layer_boundaries, layers, measure, progress, random_feeds, runner, session
+from .timing import layer_boundaries, layers, measure, random_feeds, runner, session
 from .timing import sub_model as cut
 
 # Larger calls add minutes and little information: there time grows in proportion to MACs, which
@@ -70,8 +70,8 @@ class TableOptions:
         "a batch size to measure; repeat the flag (--batch 1 --batch 32); default 1 and 32")})
     out: str | None = None  # the table's file (default: this machine's cache file)
     quick: bool = False  # a few small sizes only (seconds; for tests)
-    # 1, not 4: chains of four priced the base CCNN on 251 samples at batch 32 hardly better and
-    # 2-D networks worse (benchmarks/results/latency_prediction_in_context.md)
+    # 1, not 4: chains of four priced the base CCNN hardly better and 2-D networks worse
+    # (docs/benchmark_record.md)
     context: int = field(default=1, metadata={"help": (
         "time each operator as this many chained copies, each one's input the output of the one "
         "before (a resampling alternating with the one that undoes it), a point being its share "
@@ -360,90 +360,6 @@ def channel_block(threads: int, quick: bool = False) -> int:
     return min(CHANNEL_BLOCKS, key=misfit)
 
 
-# Table points timed again to tell how fast this machine runs now against the table (it ran
-# them at 0.99x to 1.40x their tabled time from one call to the next: benchmarks/base_drift.py).
-# The generic probe: the base CCNN's kinds, at its width, on a sequence and an image.
-SPEED_PROBE_KINDS = ("linear", "pointwise", "conv.direct", "add")
-SPEED_PROBE_SIZES = ((1024,), (32, 32))
-
-
-def speed_probe_cases() -> list[Case]:
-    """The generic probe: each of SPEED_PROBE_KINDS at 32 channels on each of SPEED_PROBE_SIZES
-    (a direct convolution with the grid's short kernel, 9 taps an axis)."""
-    return [Case(kind, 32, size, taps=tuple(min(9, t) for t in global_taps(size))
-                 if kind == "conv.direct" else ())
-            for kind in SPEED_PROBE_KINDS for size in SPEED_PROBE_SIZES]
-
-
-def _log_distance(case: Case, op_macs: float, shape: tuple[int, int, int]) -> float:
-    """How far ``case`` is from an operator of ``op_macs`` and ``shape`` (width, positions,
-    taps; 0: unknown): the summed |log| of the ratios of the fields both know."""
-    width, positions, taps = point_shape(case)
-    ours = (macs(case), width, positions or math.prod(case.size), taps)
-    return sum(abs(math.log(x / y)) for x, y in zip(ours, (op_macs, *shape)) if x > 0 and y > 0)
-
-
-def nearest_cases(operators: list[tuple], table: LatencyTable, batches: list[int],
-                  most: int = 8) -> list[tuple[Case, float]]:
-    """A probe made of a network's own operators: for each of ``operators`` (kind, MACs, spatial
-    axes, a resampling's axis, (width, positions, taps) as :func:`point_shape` counts them with
-    0 where unknown, its share of the network's time), the grid case of its kind and axes (and
-    axis) that the table measured at every one of ``batches`` nearest it
-    (:func:`_log_distance`); (case, summed share) for the ``most`` cases of largest share.
-    Timed again, such points drift as the network's operators do: one kind can slow while
-    another keeps its speed (benchmarks/base_drift.py: in one fast hour the generic probe ran
-    at 0.68x its tabled time and GunPoint's base's own points at 0.86x; export.base_latency says
-    why the search still uses the generic one)."""
-    known = {(k, str(c)): c for k, cs in grid().items() for c in cs}
-    measured = [{(k, p.shape) for k, ps in table.points[table.nearest_batch(b)].items()
-                 for p in ps} for b in batches]
-    shares: dict[Case, float] = {}
-    for kind, op_macs, dims, axis, shape, share in operators:
-        cases = [c for (k, name), c in known.items()
-                 if k == kind and len(c.size) == dims and (axis is None or c.axis == axis)
-                 and all((k, name) in m for m in measured)]
-        if cases and op_macs > 0:
-            case = min(cases, key=lambda c: _log_distance(c, op_macs, shape))
-            shares[case] = shares.get(case, 0.0) + share
-    return sorted(shares.items(), key=lambda cs: -cs[1])[:most]
-
-
-def probe_sessions(threads: int, cases: list[Case] | None = None) -> list[tuple]:
-    """(its ONNX graph, an onnxruntime session) of each of ``cases`` (default: the generic
-    :func:`speed_probe_cases`). Their random weights and example inputs leave the caller's torch
-    generator as it was."""
-    with torch.random.fork_rng(devices=[]):  # the CPU generator only: no CUDA context
-        return list(case_sessions(cases or speed_probe_cases(), threads))
-
-
-def probe_times(sessions: list[tuple], batches: list[int]) -> dict[int, list[float]]:
-    """Per batch, the median milliseconds of a call of each probe case (:func:`probe_sessions`)
-    now."""
-    return {b: [median_ms(runner(sess, random_feeds(sub, b))) for sub, sess in sessions]
-            for b in batches}
-
-
-def speed_against(table: LatencyTable, times: dict[int, list[float]],
-                  cases: list[Case] | None = None,
-                  weights: list[float] | None = None) -> dict[int, float]:
-    """Per batch, how many times its tabled time this machine took for the probe ``cases``
-    (default: the generic ones) just now (:func:`probe_times`): of each case, the call's time
-    over the table's (the operator's predicted milliseconds plus a call's fixed cost); over the
-    cases, their median, or with ``weights`` (each case's share of a network's time,
-    :func:`nearest_cases`) their weighted mean, the network's own slowdown. 1.0: as fast as
-    when the table was measured; 1.4: 40 % slower."""
-    cases = cases or speed_probe_cases()
-    speed = {}
-    for b, measured in times.items():
-        ratios = [ms / (table.predict_ms(case.kind, macs(case), b, len(case.size),
-                                         case.axis if case.out else None, point_shape(case))
-                        + table.overhead(b))
-                  for case, ms in zip(cases, measured, strict=True)]
-        speed[b] = (statistics.median(ratios) if weights is None else
-                    sum(w * r for w, r in zip(weights, ratios, strict=True)) / sum(weights))
-    return speed
-
-
 def operator_ms(measured: float, overhead: float, share: float = 1.0) -> float:
     """``share`` of a call's milliseconds less its fixed cost (at least MIN_OPERATOR_SHARE of
     them): one operator's time in the chain :func:`in_context` timed."""
@@ -469,9 +385,9 @@ def measure_table(options: TableOptions, command: str) -> LatencyTable:
     chunks = [every[i:i + step] for i in range(0, len(every), step)]
     overhead = call_overhead(options.threads, options.batch, options.quick)
     points: dict[int, dict[str, list[Point]]] = {b: {k: [] for k in KINDS} for b in options.batch}
-    bar = progress(None, total=len(every))
+    progress = Progress(len(every), "latency table", "case")
     for cases in chunks:
-        bar.set_description(f"export and time {cases[0].kind}")
+        progress.note(kind=cases[0].kind)  # a bar's description; in a log, one line a stage
         for case, (sub, sess) in zip(cases, case_sessions(cases, options.threads,
                                                                options.context)):
             previous = None
@@ -484,8 +400,8 @@ def measure_table(options: TableOptions, command: str) -> LatencyTable:
                 points[b][case.kind].append(Point(macs(case), one, str(case), len(case.size),
                                                   axis, *point_shape(case)))
                 previous = (b, ms)
-            bar.update()
-    bar.close()
+            progress.update()
+    progress.close()
     header = {**make_header(options.threads, options.batch, command), "overhead_ms": overhead,
               "channel_block": channel_block(options.threads, options.quick),
               "context": options.context}

@@ -12,10 +12,18 @@ import copy
 
 from torch import nn
 
+from dnarch_deploy.operators import (
+    cheapest_conv,
+    cheapest_resample,
+    conv_tactics,
+    resample_candidates,
+    resample_macs,
+)
+
 from .resampling import lower_resample
 from .spectrum import SPECTRUM, carry_spectrum, why_not
 from .static import StaticBlock, StaticNet
-from .tactics import make_conv
+from .tactics import conv_macs, make_conv
 
 
 def block_resolution(block: StaticBlock) -> tuple[int, ...]:
@@ -40,12 +48,10 @@ def lower(static: StaticNet, tactics: list[str],
           resample: list[dict[str, list[str]]] | None = None) -> StaticNet:
     """A copy of ``static`` with each convolution as its tactic and every resampling as its
     resampling tactic (per block ``{"down": [...], "up": [...]}``, one per axis; None: by cost,
-    :func:`export.policy.resample_tactics_by_cost`)."""
+    :func:`resample_tactics_by_cost`)."""
     if len(tactics) != len(static.blocks):
         raise ValueError(f"{len(tactics)} tactics for {len(static.blocks)} blocks")
     if resample is None:
-        from .policy import resample_tactics_by_cost  # the policy builds on this module
-
         resample = resample_tactics_by_cost(static)
     if len(resample) != len(static.blocks):
         raise ValueError(f"{len(resample)} resampling tactics for {len(static.blocks)} blocks")
@@ -78,3 +84,46 @@ def lower(static: StaticNet, tactics: list[str],
 def spectrum_resample(static: StaticNet) -> list[dict[str, list[str]]]:
     """The resampling tactics that carry the stream as its spectrum (:mod:`export.spectrum`)."""
     return [{"down": [SPECTRUM], "up": [SPECTRUM]} for _ in static.blocks]
+
+
+# --- by cost --------------------------------------------------------------------------------------
+
+
+def tactic_costs(static: StaticNet) -> list[dict[str, float]]:
+    """Per block, the theoretical cost of its convolution under each tactic offered at its
+    resolution (:func:`dnarch_deploy.operators.conv_tactics`)."""
+    costs = []
+    for block in static.blocks:
+        size, taps = block_resolution(block), tuple(block.conv.kernel.shape[1:])
+        costs.append({t: conv_macs(t, block.n_in, size, taps, block.conv.period)
+                      for t in conv_tactics(size)})
+    return costs
+
+
+def cheapest(costs: list[dict[str, float]]) -> list[str]:
+    """Per block, :func:`dnarch_deploy.operators.cheapest_conv`: the portable tactic with the
+    lower theoretical cost times its measured cost weight. The DFT op is only ever chosen by
+    measurement (--tune)."""
+    return [cheapest_conv(c) for c in costs]
+
+
+def resample_evidence_by_cost(static: StaticNet) -> list[dict[str, list[dict]]]:
+    """Per block, ``down`` / ``up``, per resampled axis: the tactic by :func:`cheapest_resample`
+    and the MACs per line of each candidate."""
+    return [
+        {k: [{"tactic": cheapest_resample(n, size), "by": "cost",
+              "macs_per_line": {t: resample_macs(t, n, size) for t in resample_candidates(n, size)}}
+             for n, size, _ in v] for k, v in axes.items()}
+        for axes in resample_axes(static)
+    ]
+
+
+def resample_choice(evidence: list[dict[str, list[dict]]]) -> list[dict[str, list[str]]]:
+    """The per-axis tactics out of resampling evidence, measured (:func:`export.tune
+    .measure_resample`) or by cost (:func:`resample_evidence_by_cost`)."""
+    return [{k: [e["tactic"] for e in v] for k, v in block.items()} for block in evidence]
+
+
+def resample_tactics_by_cost(static: StaticNet) -> list[dict[str, list[str]]]:
+    """Per block, per resampled axis (``down`` / ``up``): :func:`cheapest_resample`."""
+    return resample_choice(resample_evidence_by_cost(static))

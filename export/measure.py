@@ -18,11 +18,12 @@ from pathlib import Path
 import onnx
 
 from dnarch_deploy.io import atomic_write_text
+from dnarch_deploy.progress import bar
 from dnarch_deploy.rundir import EXPORT
 
 from .artifacts import ONNX_FILE
 from .infer import InputError, load_spec, open_model
-from .timing import batch_sizes, measure, progress, random_feeds, runner
+from .timing import batch_sizes, measure, random_feeds, runner
 
 SCHEMA = "dnarch-latency"
 VERSION = 1
@@ -39,7 +40,7 @@ def measure_exports(run_dirs: list[Path], batches: tuple[int, ...] = (1, 32), th
         sess = open_model(export_dir, spec, threads)
         models.append((sess, onnx.load(str(export_dir / ONNX_FILE)), spec["vocab_size"]))
     rows = [{"run_dir": str(d), "median_ms": {}, "min_ms": {}} for d in run_dirs]
-    for batch in progress(batches, desc="batches"):
+    for batch in bar(batches, desc="batches"):
         fns = [runner(sess, random_feeds(model, batch, vocab)) for sess, model, vocab in models]
         for row, t in zip(rows, measure(fns, repeats)):
             row["median_ms"][str(batch)] = t["median_ms"]

@@ -45,21 +45,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     out = args.run_dir / "export"
     print(f"exported {args.run_dir} -> {out}/")
-    print("tactics:", ", ".join(f"block {i}: {t}" for i, t in enumerate(report["tactics"])) or "-")
-    tuning = report["tuning"]
+    print("tactics:", ", ".join(f"block {i}: {t}" for i, t in enumerate(report.tactics)) or "-")
+    tuning = report.tuning
     if tuning["batches"]:
         print(f"tactics chosen by measurement for batch {' and '.join(map(str, tuning['batches']))}"
               f" ({tuning['threads']} threads)")
     print("equivalence with the trained model (max rel. error):")
-    for stage, err in report["equivalence"].items():
+    for stage, err in report.equivalence.items():
         print(f"  {stage:12s} {err['max_rel']:.2e}  (max abs {err['max_abs']:.2e})")
     backends = ", ".join(
         f"{name}: {'ok' if b['compatible'] else 'no (' + ', '.join(b['unsupported_ops']) + ')'}"
-        for name, b in report["backends"].items()
+        for name, b in report.backends.items()
     )
     print(f"backends: {backends}")
-    if report["latency"]:
-        lat = report["latency"]
+    if report.latency:
+        lat = report.latency
         print(f"\nlatency (onnxruntime, {lat['threads']} threads; theoretical in MACs/sample):")
         print(format_table(lat))
         print(f"onnxruntime vs masked trained model in eager PyTorch, batch 1: "

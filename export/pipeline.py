@@ -30,6 +30,8 @@ from dnarch_deploy import DNArch, calibration
 from dnarch_deploy.calibration import calibrate, task_batches
 from dnarch_deploy.io import atomic_write_text, process_alive
 from dnarch_deploy.latency import DEFAULT_BATCHES
+from dnarch_deploy.progress import interactive, log_line
+from dnarch_deploy.records import Report
 from dnarch_deploy.rundir import EXPORT, RunError, check_data, load_run
 
 from .artifacts import (
@@ -94,59 +96,71 @@ class ExportOptions:
             raise ValueError(f"every --batch must be >= 1, got {self.batch}")
 
 
-def export_model(
-    model: DNArch,
-    task,
-    out_dir: str | Path,
-    options: ExportOptions | None = None,
-    run_info: dict | None = None,
-) -> dict:
-    """Stages 1-7 for a trained model and its task; writes into ``out_dir`` (which must exist)
-    and returns the report. Raises VerificationError when an artifact fails a check."""
-    options = options or ExportOptions()
-    out = Path(out_dir)
-    seconds: dict[str, float] = {}
-    clock = time.perf_counter()
+class StageClock:
+    """Seconds per export stage; in a log (not a terminal), one line a stage."""
 
-    def lap(stage: str) -> None:
-        nonlocal clock
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.start = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
         now = time.perf_counter()
-        seconds[stage] = round(now - clock, 3)
-        clock = now
+        self.seconds[stage] = round(now - self.start, 3)
+        self.start = now
+        if not interactive():  # a terminal has the stages' bars
+            log_line(f"export {stage}", seconds=self.seconds[stage])
 
-    if len(task.x_train) == 0 or len(task.x_test) == 0:
-        raise ExportError("the task has no training inputs (for calibration) or no test inputs "
-                          "(for the equivalence check)")
-    calibrate(model, task_batches(task.x_train, options.batch_size, options.calibration_samples))
-    lap("calibrate")
-    frozen = freeze(model)
-    static = materialize(model, frozen)
-    lap("freeze_materialize")
-    # network: tuned, the whole-network check of the per-layer choice (export.policy)
-    exports = NetworkExports(static)  # tuning's whole networks; the shipped one among them
-    tactics, resample, evidence, network = choose_lowering(static, options, exports)
-    lowered = lower(static, tactics, resample)
-    lap("lower")
 
-    x_test = np.asarray(task.x_test[: options.test_samples])
-    example = torch.as_tensor(x_test[: min(2, len(x_test))])
-    onnx_model = exports.get(tactics, resample)
+def emit_artifacts(onnx_model: onnx.ModelProto, lowered, example: torch.Tensor, out: Path,
+                   options: ExportOptions) -> None:
+    """model.onnx, model.pt2, and on request model.ts and model.aoti.pt2, into ``out``."""
     onnx.save_model(onnx_model, str(out / ONNX_FILE))
     program = write_pt2(lowered, example, out / PT2_FILE)
     if options.torchscript:
         write_torchscript(lowered, example, out / TS_FILE)
     if options.aoti:
         write_aoti(program, out / AOTI_FILE)
-    lap("emit")
+
+
+def export_model(
+    model: DNArch,
+    task,
+    out_dir: str | Path,
+    options: ExportOptions | None = None,
+    run_info: dict | None = None,
+) -> Report:
+    """Stages 1-7 for a trained model and its task; writes into ``out_dir`` (which must exist)
+    and returns the report. Raises VerificationError when an artifact fails a check."""
+    options = options or ExportOptions()
+    out = Path(out_dir)
+    clock = StageClock()
+    if len(task.x_train) == 0 or len(task.x_test) == 0:
+        raise ExportError("the task has no training inputs (for calibration) or no test inputs "
+                          "(for the equivalence check)")
+    calibrate(model, task_batches(task.x_train, options.batch_size, options.calibration_samples))
+    clock.lap("calibrate")
+    frozen = freeze(model)
+    static = materialize(model, frozen)
+    clock.lap("freeze_materialize")
+    # network: tuned, the whole-network check of the per-layer choice (export.policy)
+    exports = NetworkExports(static)  # tuning's whole networks; the shipped one among them
+    tactics, resample, evidence, network = choose_lowering(static, options, exports)
+    lowered = lower(static, tactics, resample)
+    clock.lap("lower")
+
+    x_test = np.asarray(task.x_test[: options.test_samples])
+    example = torch.as_tensor(x_test[: min(2, len(x_test))])
+    onnx_model = exports.get(tactics, resample)
+    emit_artifacts(onnx_model, lowered, example, out, options)
+    clock.lap("emit")
 
     check_onnx(onnx_model)
     ops = op_counts(onnx_model)
     stages = artifact_runners(model, static, lowered, out, options)
     step = options.batch_size
-    batches = [x_test[i : i + step] for i in range(0, len(x_test), step)]
-    errors = equivalence(stages, batches)
+    errors = equivalence(stages, [x_test[i : i + step] for i in range(0, len(x_test), step)])
     check_equivalence(errors, options.tolerance)
-    lap("verify")
+    clock.lap("verify")
 
     latency = None
     if options.bench:
@@ -154,28 +168,28 @@ def export_model(
                             options.threads, options.repeats, options.per_layer,
                             tuned_for=options.batch if options.tune and options.tactic is None
                             else None)
-        lap("benchmark")
+        clock.lap("benchmark")
     architecture = export_architecture(frozen.architecture.to_dict(), lowered, tactics, evidence,
                                        network)
     atomic_write_text(out / ARCHITECTURE_FILE, json.dumps(architecture, indent=1) + "\n")
-    report = {
-        "schema": SCHEMA,
-        "version": VERSION,
-        "run": run_info or {},
-        "tactics": tactics,
-        "tuning": tuning_summary(options, network),
-        **({"whole_network": network} if network else {}),
-        "equivalence": errors,
-        "tolerance": options.tolerance,
-        "ops": ops,
-        "backends": backend_compatibility(ops),
-        "latency": latency,
-        "artifacts": sorted({p.name for p in out.iterdir()} | {REPORT_FILE}),
-        "options": asdict(options),
-        "seconds": seconds,
-        "environment": environment(),
-    }
-    atomic_write_text(out / REPORT_FILE, json.dumps(report, indent=1) + "\n")
+    report = Report(
+        schema=SCHEMA,
+        version=VERSION,
+        run=run_info or {},
+        tactics=tactics,
+        tuning=tuning_summary(options, network),
+        whole_network=network or None,  # written only when there is one
+        equivalence=errors,
+        tolerance=options.tolerance,
+        ops=ops,
+        backends=backend_compatibility(ops),
+        latency=latency,
+        artifacts=sorted({p.name for p in out.iterdir()} | {REPORT_FILE}),
+        options=asdict(options),
+        seconds=clock.seconds,
+        environment=environment(),
+    )
+    atomic_write_text(out / REPORT_FILE, json.dumps(report.to_dict(), indent=1) + "\n")
     return report
 
 
@@ -282,7 +296,7 @@ def environment() -> dict:
     }
 
 
-def export_run(run_dir: str | Path, options: ExportOptions | None = None) -> dict:
+def export_run(run_dir: str | Path, options: ExportOptions | None = None) -> Report:
     """Load the run, export it into a temporary directory, and rename that to RUN_DIR/export
     on success. Raises RunError (bad run directory) or VerificationError: nothing written."""
     options = options or ExportOptions()
@@ -298,7 +312,7 @@ def export_run(run_dir: str | Path, options: ExportOptions | None = None) -> dic
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would outlive the rename
-        info = {"path": str(run.path), "task": run.config["task"], "seed": run.config["seed"]}
+        info = {"path": str(run.path), "task": run.config.task, "seed": run.config.seed}
         report = export_model(run.model, run.task, tmp, options, run_info=info)
         install(tmp, target)
     finally:

@@ -23,66 +23,23 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from dnarch_deploy.operators import (
-    DENSE_MAX_POSITIONS,
-    cheapest_conv,
-    cheapest_resample,
-    conv_tactics,
-    resample_candidates,
-    resample_macs,
-)
+from dnarch_deploy.operators import DENSE_MAX_POSITIONS, conv_tactics
 
-from .lowering import block_resolution, resample_axes, spectrum_resample
+from .lowering import (  # the choices by cost live beside lower(), which defaults to them
+    block_resolution,
+    cheapest,
+    resample_choice,
+    resample_evidence_by_cost,
+    spectrum_resample,
+    tactic_costs,
+)
 from .spectrum import why_not
 from .static import StaticNet
-from .tactics import TACTICS, conv_macs
+from .tactics import TACTICS
 from .tune import NetworkExports, measure_resample, measure_tactics, time_networks
 
 if TYPE_CHECKING:
     from .pipeline import ExportOptions
-
-
-# --- by cost --------------------------------------------------------------------------------------
-
-
-def tactic_costs(static: StaticNet) -> list[dict[str, float]]:
-    """Per block, the theoretical cost of its convolution under each tactic offered at its
-    resolution (:func:`dnarch_deploy.operators.conv_tactics`)."""
-    costs = []
-    for block in static.blocks:
-        size, taps = block_resolution(block), tuple(block.conv.kernel.shape[1:])
-        costs.append({t: conv_macs(t, block.n_in, size, taps, block.conv.period)
-                      for t in conv_tactics(size)})
-    return costs
-
-
-def cheapest(costs: list[dict[str, float]]) -> list[str]:
-    """Per block, :func:`dnarch_deploy.operators.cheapest_conv`: the portable tactic with the
-    lower theoretical cost times its measured cost weight. The DFT op is only ever chosen by
-    measurement (--tune)."""
-    return [cheapest_conv(c) for c in costs]
-
-
-def resample_evidence_by_cost(static: StaticNet) -> list[dict[str, list[dict]]]:
-    """Per block, ``down`` / ``up``, per resampled axis: the tactic by :func:`cheapest_resample`
-    and the MACs per line of each candidate."""
-    return [
-        {k: [{"tactic": cheapest_resample(n, size), "by": "cost",
-              "macs_per_line": {t: resample_macs(t, n, size) for t in resample_candidates(n, size)}}
-             for n, size, _ in v] for k, v in axes.items()}
-        for axes in resample_axes(static)
-    ]
-
-
-def resample_choice(evidence: list[dict[str, list[dict]]]) -> list[dict[str, list[str]]]:
-    """The per-axis tactics out of resampling evidence, measured (:func:`export.tune
-    .measure_resample`) or by cost (:func:`resample_evidence_by_cost`)."""
-    return [{k: [e["tactic"] for e in v] for k, v in block.items()} for block in evidence]
-
-
-def resample_tactics_by_cost(static: StaticNet) -> list[dict[str, list[str]]]:
-    """Per block, per resampled axis (``down`` / ``up``): :func:`cheapest_resample`."""
-    return resample_choice(resample_evidence_by_cost(static))
 
 
 # --- by measurement -------------------------------------------------------------------------------

@@ -6,9 +6,8 @@ blocks under the depth threshold are absent (the plan excludes them), the stream
 ``plan.stream`` and the kernels are sampled once. Spectral resampling and convolution are still the
 FFT forms of :mod:`dnarch_deploy.spectral` here; :func:`export.lowering.lower` replaces them.
 
-Folding a block's BatchNorm. After the first mixing (``block_norm="mix"``) it is ``a * (W1 z) + c``
-per channel: ``a`` folds into the rows of W1 and ``c`` is its bias (the block has no other).
-Before the convolution (``"input"``), per channel the normalised branch input is ``a * x + c``.
+Folding a block's BatchNorm. Before the convolution, per channel the normalised branch input is
+``a * x + c``.
 Resampling and the depthwise convolution are linear and act per channel, so
 ``conv(down(a x + c)) = a conv(down(x)) + c conv(down(1))``: ``a`` folds into the columns of the
 first pointwise weight, and ``c conv(down(1))`` is a constant map of shape ``(n_in, *R)`` (not a
@@ -26,8 +25,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dnarch_deploy import Architecture, DNArch, describe
-from dnarch_deploy.model import Norm, Plan, linear_head, pool, standardise
+from dnarch_deploy.model import linear_head, pool, standardise
+from dnarch_deploy.norm import Norm
 from dnarch_deploy.operators import conv_period
+from dnarch_deploy.plan import Plan
 from dnarch_deploy.spectral import direct_conv, fft_conv, masked_kernel, resample
 
 
@@ -119,8 +120,7 @@ class Encoder(nn.Module):
 
 class StaticBlock(nn.Module):
     """One residual block with fixed sizes: read n_in channels -> down -> conv -> pointwise ->
-    GELU -> pointwise -> up -> add to the first n_out channels (without ``w2``, the block's
-    output is the GELU's: n_out = n_mid)."""
+    GELU -> pointwise -> up -> add to the first n_out channels."""
 
     def __init__(
         self,
@@ -130,13 +130,13 @@ class StaticBlock(nn.Module):
         conv: nn.Module,
         w1: Tensor,  # (n_mid, n_in), BatchNorm scale folded into the columns
         bias1: Tensor,  # (n_mid, *R): b1 plus the BatchNorm shift carried through down and conv
-        w2: Tensor | None,  # (n_out, n_mid), mask and depth weight folded into the rows
-        b2: Tensor | None,  # (n_out,)
+        w2: Tensor,  # (n_out, n_mid), mask and depth weight folded into the rows
+        b2: Tensor,  # (n_out,)
         up: list[nn.Module],
     ):
         super().__init__()
         self.index, self.stream = index, stream
-        self.n_in, self.n_out = w1.shape[1], (w1 if w2 is None else w2).shape[0]
+        self.n_in, self.n_out = w1.shape[1], w2.shape[0]
         self.read = self.n_in  # the stream's channels the block reads (read_wider: a few more)
         self.down, self.conv, self.up = nn.Sequential(*down), conv, nn.Sequential(*up)
         self.register_buffer("w1", w1)
@@ -157,8 +157,7 @@ class StaticBlock(nn.Module):
         z = h[:, : self.read] if self.read < self.stream else h  # (B, read, *S)
         z = self.conv(self.down(z))  # (B, n_in, *R), or w1's columns after read_wider
         z = F.gelu(pointwise(z, self.w1) + self.bias1)  # (B, n_mid, *R)
-        if self.w2 is not None:
-            z = pointwise(z, self.w2, self.b2)  # (B, n_out, *R)
+        z = pointwise(z, self.w2, self.b2)  # (B, n_out, *R)
         z = self.up(z)  # (B, n_out, *S)
         if self.n_out == self.stream:
             return h + z
@@ -294,9 +293,6 @@ def _block(model: DNArch, p, kernel: Tensor, stream: int) -> StaticBlock:
         kernel = masked_kernel(kernel.double(), p.resolution, p.conv_mask.double(),
                                list(p.conv_fft))
         period = conv_period(p.resolution, tuple(kernel.shape[1:]), p.conv_fft)
-    if blk.norm_at == "mix":  # BatchNorm(w1 z) = (a w1) z + c (the block does not use b1)
-        w1, b1 = a[:, None] * w1, sh
-        a, sh = torch.ones(p.n_in, dtype=torch.float64), torch.zeros(p.n_in, dtype=torch.float64)
     # the input BatchNorm's shift carried through down and conv: c * conv(down(1)), (n_in, *R)
     ones = torch.ones(1, p.n_in, *size, dtype=torch.float64)
     shift = direct_conv(copy.deepcopy(nn.Sequential(*down)).double()(ones), kernel.double())[0]
@@ -309,7 +305,7 @@ def _block(model: DNArch, p, kernel: Tensor, stream: int) -> StaticBlock:
         conv=SpectralConv(kernel.to(f32), period),
         w1=(w1 * a[None, :]).to(f32),
         bias1=bias1.to(f32),
-        w2=w2.to(f32) if blk.second_mixing else None,
-        b2=b2.to(f32) if blk.second_mixing else None,
+        w2=w2.to(f32),
+        b2=b2.to(f32),
         up=up,
     )

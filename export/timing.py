@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -23,7 +22,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx.utils import Extractor
-from tqdm.auto import tqdm
+
+from dnarch_deploy.progress import bar
 
 _NP = {
     onnx.TensorProto.FLOAT: np.float32,
@@ -31,11 +31,6 @@ _NP = {
     onnx.TensorProto.DOUBLE: np.float64,
     onnx.TensorProto.INT32: np.int32,
 }
-
-
-def progress(iterable, disable: bool = False, **kwargs):
-    """A tqdm progress bar, silent when the environment variable CI is set."""
-    return tqdm(iterable, disable=disable or bool(os.environ.get("CI")), leave=False, **kwargs)
 
 
 def batch_sizes(text: str) -> tuple[int, ...]:
@@ -161,7 +156,7 @@ def random_feeds(
 def layer_models(model: onnx.ModelProto) -> dict[str, onnx.ModelProto]:
     """One sub-model per layer (``encoder``, ``blocks.i``, ``decoder``) of an exported graph."""
     subs = {}
-    for name, nodes in progress(layers(model).items(), desc="layer sub-models"):
+    for name, nodes in bar(layers(model).items(), desc="layer sub-models"):
         inputs, outputs = layer_boundaries(model, nodes)
         if inputs and outputs:
             subs[name] = sub_model(model, inputs, outputs)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from dnarch_deploy.operators import PORTABLE, resample_candidates
+from dnarch_deploy.progress import bar
 from dnarch_deploy.spectral import MATRIX_MAX
 
 from .emit import to_onnx
@@ -33,7 +34,6 @@ from .timing import (
     layer_boundaries,
     layers,
     measure,
-    progress,
     random_feeds,
     runner,
     session,
@@ -98,7 +98,7 @@ def measure_tactics(
     model = to_onnx(wrapper, example)
     groups = layers(model)
     subs = []  # per block: (tactic names, their sub-models and sessions), kept for every batch
-    for b in progress(range(len(static.blocks)), desc="tune tactics: sessions"):
+    for b in bar(range(len(static.blocks)), desc="tune tactics: sessions"):
         names = [key.split("_", 1)[1] for bb, key in wrapper.keys if bb == b]
         models = [sub_model(model, *layer_boundaries(model, groups[f"convs.b{b}_{t}"]))
                   for t in names]
@@ -106,7 +106,7 @@ def measure_tactics(
     results = []
     for batch in batches:
         per_block = []
-        for names, sessions in progress(subs, desc=f"tune tactics B={batch}"):
+        for names, sessions in bar(subs, desc=f"tune tactics B={batch}"):
             fns = [runner(sess, random_feeds(m, batch)) for m, sess in sessions]
             per_block.append(dict(zip(names, measure(fns, repeats))))
         results.append(per_block)
@@ -154,14 +154,14 @@ def time_networks(
     round-robin, medians) on the same random input of that many samples."""
     exports = exports or NetworkExports(static)
     sessions = []
-    for candidate in progress(candidates, desc="tune whole networks: export"):
+    for candidate in bar(candidates, desc="tune whole networks: export"):
         tactics, rs = candidate if isinstance(candidate, tuple) else (candidate, resample)
         model = exports.get(tactics, rs)
         sessions.append((model, session(model, threads)))
     vocab = static.spec["vocab_size"]
     return [measure([runner(sess, random_feeds(m, batch, vocab)) for m, sess in sessions],
                     repeats)
-            for batch in progress(batches, desc="tune whole networks: time")]
+            for batch in bar(batches, desc="tune whole networks: time")]
 
 
 class ResampleCandidates(nn.Module):
@@ -214,14 +214,14 @@ def measure_resample(
     model = to_onnx(wrapper, tuple(inputs))
     groups = layers(model)
     subs = {}  # per resampled axis: its tactics, their sub-models and sessions
-    for b, kind, j in progress(sorted({(b, kind, j) for b, kind, j, _ in keys}),
+    for b, kind, j in bar(sorted({(b, kind, j) for b, kind, j, _ in keys}),
                                desc="tune resampling: sessions"):
         tactics = [t for bb, k, jj, t in keys if (bb, k, jj) == (b, kind, j)]
         models = [sub_model(model, *layer_boundaries(model, groups[f"mods.b{b}_{kind}{j}_{t}"]))
                   for t in tactics]
         subs[b, kind, j] = tactics, [(m, session(m, threads)) for m in models]
     for batch, choice in zip(batches, choices):
-        for (b, kind, j), (tactics, sessions) in progress(subs.items(),
+        for (b, kind, j), (tactics, sessions) in bar(subs.items(),
                                                           desc=f"tune resampling B={batch}"):
             fns = [runner(sess, random_feeds(m, batch)) for m, sess in sessions]
             ms = {t: r["median_ms"] for t, r in zip(tactics, measure(fns, repeats))}

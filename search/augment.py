@@ -8,10 +8,6 @@ less than what it is. Small training sets (tens of series) overfit without it.
 Jitter: Gaussian noise added to every position, its std a share of each sample's own std per
 channel (so it means the same on z-normalised series and on raw ones of any scale). The exact
 values of a few dozen training series change on every pass; their shapes do not.
-
-Mixup (Zhang et al., 2018): each sample is blended with another of the batch, and its target with
-that sample's, by a weight drawn from Beta(alpha, alpha). The training loss then never reaches
-zero on a few dozen series, which a network otherwise memorises in a quarter of its steps.
 """
 
 from __future__ import annotations
@@ -44,16 +40,3 @@ def jitter(x: Tensor, share: float) -> Tensor:
     spatial = tuple(range(2, x.dim()))
     scale = x.std(dim=spatial, keepdim=True, correction=0)
     return x + share * scale * torch.randn_like(x)
-
-
-def mixup(x: Tensor, y: Tensor, classes: int, alpha: float) -> tuple[Tensor, Tensor]:
-    """(B, C, *S), (B,) labels -> blended inputs and (B, classes) target probabilities. Sample i
-    is mixed with sample perm[i] by its own weight w_i ~ Beta(alpha, alpha) (torch's global RNG),
-    x_i' = w_i x_i + (1 - w_i) x_perm[i], and likewise its one-hot target."""
-    batch = x.shape[0]
-    weight = torch.distributions.Beta(alpha, alpha).sample((batch,)).to(x.device)
-    perm = torch.randperm(batch, device=x.device)
-    w = weight.view(batch, *([1] * (x.dim() - 1)))
-    target = torch.nn.functional.one_hot(y, classes).to(x.dtype)
-    return (w * x + (1 - w) * x[perm],
-            weight[:, None] * target + (1 - weight[:, None]) * target[perm])

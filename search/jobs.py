@@ -1,5 +1,7 @@
 """One search as a job: a real ``python -m search.run`` process into its own run directory, run,
-resumed or reused; the benchmarks and ``python -m search.sweep`` drive searches through it.
+resumed or reused; the benchmarks and ``python -m search.sweep`` drive searches through it. Its
+export (:func:`export`) runs in the caller's process, by export's pipeline: search starts no
+process of export's.
 
 A finished run directory (summary.json) is reused, an interrupted one resumed from its last
 checkpoint, one stopped before its first checkpoint started again; a run directory made with
@@ -9,8 +11,8 @@ run side by side) and CI=1 (no progress bars in its output).
 
 from __future__ import annotations
 
-import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -58,8 +60,8 @@ def saved_differences(run: Run) -> list[str]:
     if not (run.run_dir / R.CONFIG).exists():
         return []
     config = R.read_config(run.run_dir)
-    saved = config["train"]  # flags added since read as those runs trained
-    effect = R.trained_with(config)
+    saved = config.train  # flags added since read as those runs trained
+    effect = config.trained_with()
     cfg = parse_args(run.flags)[0]
     wanted = cfg.to_dict()
     differ = [k for k in wanted
@@ -68,17 +70,17 @@ def saved_differences(run: Run) -> list[str]:
         resolved = _resolved(cfg)
         differ = [k for k in differ if wanted[k] is not None or resolved.get(k) != effect.get(k)]
     if set(differ) & LEARN_FLAGS:
-        from .train import learns_as_saved  # torch: only when one of them differs
+        from .resolve import learns_as_saved  # torch: only when one of them differs
 
-        if learns_as_saved(cfg, config["model"]):
+        if learns_as_saved(cfg, config.model):
             differ = [k for k in differ if k not in LEARN_FLAGS]
     return [f"{k}: saved {saved.get(k)!r}, wanted {wanted[k]!r}" for k in differ]
 
 
 def _resolved(cfg) -> dict[str, float]:
-    """``search.train.in_effect`` of a job's settings on its task."""
+    """``search.resolve.in_effect`` of a job's settings on its task."""
+    from .resolve import in_effect
     from .tasks import load_task
-    from .train import in_effect
 
     return in_effect(cfg, load_task(cfg.task, seed=cfg.seed, **cfg.task_options()))
 
@@ -109,45 +111,12 @@ def run_module(module: str, *args: str) -> float:
     return time.perf_counter() - t0
 
 
-def base_milliseconds(mcfg, batches: list[int], table: str = "",
-                      found: Path | None = None) -> list[float]:
-    """The base network's onnxruntime milliseconds at ``batches`` (``--cost latency``) in the
-    time of the latency table ``table`` (``--latency-table``; empty: this machine's), by ``python
-    -m export.base_latency`` in a process of its own: search and export meet only through
-    processes and files. ``found``: a weights file of the model of ``mcfg``, whose network (the
-    architecture its masks describe) is timed beside the base as the probe; none: the table's
-    fixed points. Says them in a note, with the time measured and the probe's speed against the
-    table; raises JobError (its message for the user) when it fails."""
-    probe = ["--probe=found", f"--weights={found}"] if found else []
-    cmd = [sys.executable, "-m", "export.base_latency", "--model", json.dumps(mcfg.to_dict()),
-           *(f"--batch={b}" for b in batches), f"--latency-table={table}", *probe]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=environment(), cwd=ROOT)
-    if proc.returncode != 0:
-        raise JobError(f"timing the base network for --cost latency: python -m "
-                       f"export.base_latency failed ({proc.returncode}): "
-                       f"{proc.stderr.strip()[-2000:]} (--base-ms gives its times instead)")
-    timed = json.loads(proc.stdout)
-    at = ", ".join(f"{ms:.4g} ms at batch {b}" for b, ms in zip(batches, timed["measured_ms"]))
-    speed = ", ".join(f"{v:.2f}x" for v in timed["speed"])
-    shares = ", ".join(f"{ms:.4g}" for ms in timed["base_ms"])
-    if found:
-        probe = f"the network the masks describe ran at {speed} its predicted time"
-        reference = "the found network's"
-    else:
-        probe = f"the latency table's probe points ran at {speed} their tabled time"
-        reference = "the table's (--base-ms with --latency-checks 0 pins it)"
-    print(f"note: the base network runs in {at} here (onnxruntime, 1 thread), while {probe}: "
-          f"the budget is a share of {shares} ms, the base's time in {reference}",
-          file=sys.stderr)
-    return timed["base_ms"]
-
-
-def execute(run: Run, timings: dict) -> dict:
-    """Run (or resume, or reuse) one search; returns its summary. ``timings[run dir name]``
-    adds the seconds of the process, if one ran."""
-    summary = run.run_dir / "summary.json"
+def execute(run: Run, timings: dict) -> R.Summary:
+    """Run (or resume, or reuse) one search; returns its summary (a damaged one: a RunError
+    naming the file and the field). ``timings[run dir name]`` adds the seconds of the process,
+    if one ran."""
     check_saved(run)
-    if not summary.exists():
+    if not (run.run_dir / R.SUMMARY).exists():
         args = [*run.flags, "--out", str(run.run_dir)]
         checkpoints = run.run_dir / "checkpoints"
         if checkpoints.is_dir() and any(checkpoints.glob("epoch-*")):
@@ -156,6 +125,75 @@ def execute(run: Run, timings: dict) -> dict:
             shutil.rmtree(run.run_dir)
         seconds = run_module("search.run", *args)
         timings[run.run_dir.name] = timings.get(run.run_dir.name, 0.0) + seconds
-    elif not R.scored_as_shipped(json.loads(summary.read_text())):  # reused, from before
+    elif not R.read_summary(run.run_dir).scored_as_shipped:  # reused, from before
         run_module("search.rescore", str(run.run_dir))
-    return json.loads(summary.read_text())
+    return R.read_summary(run.run_dir)
+
+
+def export_options(flags: list[str]):
+    """export.pipeline.ExportOptions from ``python -m export.onnx`` flags, read by export.onnx's
+    own parser in this process. Flags it rejects, or values ExportOptions refuses: ValueError,
+    "python -m export.onnx says: WHY"."""
+    import contextlib
+    import dataclasses
+    import io
+
+    from export.onnx import parser
+    from export.pipeline import ExportOptions
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+            args = parser().parse_args(["RUN_DIR", *flags])
+        return ExportOptions(**{f.name: getattr(args, f.name)
+                                for f in dataclasses.fields(ExportOptions)})
+    except (SystemExit, ValueError) as e:
+        why = str(e) if isinstance(e, ValueError) else (
+            said.getvalue().strip().splitlines() or ["rejected"])[-1]
+        raise ValueError(f"python -m export.onnx says: {why}") from None
+
+
+def export(run: Run, flags: list[str], timings: dict) -> None:
+    """Export ``run.run_dir`` as ``python -m export.onnx RUN_DIR --no-bench FLAGS`` would, in
+    this process (export.pipeline.export_run), with one torch thread; ``timings[run dir name]``
+    adds its seconds. Raises JobError when it fails (nothing written)."""
+    import torch
+
+    from export.onnx import USER_ERRORS
+    from export.pipeline import export_run
+
+    t0, threads = time.perf_counter(), torch.get_num_threads()
+    torch.set_num_threads(1)  # as the job processes run (environment)
+    try:
+        options = export_options(flags)
+        options.bench = False
+        export_run(run.run_dir, options)
+    except USER_ERRORS as e:
+        raise JobError(f"exporting {run.run_dir}: {e}") from None
+    finally:
+        torch.set_num_threads(threads)
+    timings[run.run_dir.name] = timings.get(run.run_dir.name, 0.0) + time.perf_counter() - t0
+
+
+def write_array(jobs: Path, slurm: Path, lines: list[str], then: str) -> tuple[Path, Path]:
+    """A job array: ``jobs``, one command a line, and ``slurm``, a SLURM array script running
+    line i+1 as task i, one CPU each; ``then``: the command to run when all have finished."""
+    from dnarch_deploy.io import atomic_write_text
+
+    atomic_write_text(jobs, "\n".join(lines) + "\n")
+    atomic_write_text(slurm, "\n".join([
+        "#!/bin/bash",
+        f"# One array task per model: sbatch {slurm.name} (run where dnarch-deploy is",
+        "# installed; the directory must be on a file system every node sees).",
+        "# When all have finished, on the deployment machine:",
+        f"#   {then}",
+        "#SBATCH --job-name=dnarch-sweep",
+        f"#SBATCH --array=0-{len(lines) - 1}",
+        "#SBATCH --cpus-per-task=1",
+        f"#SBATCH --output={shlex.quote(str(jobs.parent))}/jobs-%a.log",
+        "set -euo pipefail",
+        f'line=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(str(jobs))})',
+        'exec bash -c "$line"',
+        "",
+    ]))
+    return jobs, slurm

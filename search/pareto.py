@@ -9,12 +9,13 @@ from pathlib import Path
 
 from dnarch_deploy import sweepdir as S
 from dnarch_deploy.io import atomic_write_text
+from dnarch_deploy.records import Summary
 
 COLOURS = {"search": "#1f77b4", "base": "#ff7f0e"}  # plotly's first two: the dashboard's too
 
 
-def pareto_rows(sweep_dir: Path, models: list[tuple[dict, Path]], summaries: dict[Path, dict],
-                latency: dict) -> list[dict]:
+def pareto_rows(sweep_dir: Path, models: list[tuple[dict, Path]],
+                summaries: dict[Path, Summary], latency: dict) -> list[dict]:
     """A row per (model, run directory): the model's description, its summary.json figures,
     its measured milliseconds per batch, and per batch whether it is Pareto-optimal."""
     ms = {Path(m["run_dir"]): m["median_ms"] for m in latency["models"]}
@@ -28,13 +29,13 @@ def pareto_rows(sweep_dir: Path, models: list[tuple[dict, Path]], summaries: dic
             "width": model["width"],
             "depth": model["depth"],
             "seed": model["seed"],
-            "test_metric": summary["test_metric"],
+            "test_metric": summary.test_metric,
             "ms": ms[run_dir],
-            "macs": summary["macs"],
-            "params": summary["params"],
+            "macs": summary.macs,
+            "params": summary.params,
             "run_dir": str(run_dir.relative_to(sweep_dir)),
         })
-    higher = next(iter(summaries.values()))["higher_is_better"]
+    higher = next(iter(summaries.values())).higher_is_better
     for batch in [str(b) for b in latency["batches"]]:
         marks = S.pareto_front([r["ms"][batch] for r in rows], [r["test_metric"] for r in rows],
                                higher)
@@ -44,15 +45,15 @@ def pareto_rows(sweep_dir: Path, models: list[tuple[dict, Path]], summaries: dic
 
 
 def write_pareto(sweep_dir: Path, plan: dict, models: list[tuple[dict, Path]],
-                 summaries: dict[Path, dict], latency: dict) -> dict:
+                 summaries: dict[Path, Summary], latency: dict) -> dict:
     """DIR/pareto.json; returns its content."""
     first = next(iter(summaries.values()))
     pareto = {
         "schema": S.PARETO_SCHEMA,
         "version": S.VERSION,
         "task": plan["task"],
-        "metric_name": first["metric_name"],
-        "higher_is_better": first["higher_is_better"],
+        "metric_name": first.metric_name,
+        "higher_is_better": first.higher_is_better,
         "batches": latency["batches"],
         "threads": latency["threads"],
         "repeats": latency["repeats"],

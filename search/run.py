@@ -59,21 +59,21 @@ def prepare_run_dir(cfg: SearchConfig, given: set[str]) -> tuple[Path, SearchCon
         try:
             R.check_run_dir(run_dir)
             saved = R.read_config(run_dir)
-            saved_cfg = SearchConfig(**saved["train"])
+            saved_cfg = SearchConfig(**saved.train)
             for name in (R.METRICS, R.ARCHITECTURES):  # a damaged line before the last one
                 R.read_jsonl(run_dir / name, within=run_dir)
         except (R.RunError, TypeError) as e:
             raise UsageError(f"cannot resume: {e}") from None
         # a flag agrees when it equals the saved flag or the value the run trained with
         # ('--label-smoothing 0.1' where it was left out and resolved to 0.1)
-        effect = R.trained_with(saved)
+        effect = saved.trained_with()
         conflicts = [k for k in sorted(given - RESUMABLE)
                      if getattr(cfg, k) not in (getattr(saved_cfg, k), effect[k])]
         if set(conflicts) & LEARN_FLAGS:
-            from .train import learns_as_saved
+            from .resolve import learns_as_saved
 
             typed = dataclasses.replace(saved_cfg, **{k: getattr(cfg, k) for k in given})
-            if learns_as_saved(typed, saved["model"]):
+            if learns_as_saved(typed, saved.model):
                 conflicts = [k for k in conflicts if k not in LEARN_FLAGS]
         if conflicts:
             raise UsageError(f"--resume continues {run_dir} with its saved configuration; these "
@@ -98,7 +98,7 @@ def check_task(cfg: SearchConfig, task) -> ModelConfig:
     """What the loaded data make impossible, before anything is written: an empty split, a
     network over the limits (classes from the data, width and depth from the flags). Returns
     the model's config."""
-    from .train import learned, model_config
+    from .resolve import learned, model_config
 
     for part, n in zip(("train", "val", "test"), task.sizes()):
         if n == 0:
@@ -127,11 +127,11 @@ def with_base_time(cfg: SearchConfig, mcfg, world) -> SearchConfig:
         return cfg
     timed = None  # (times, None) or (None, why it failed): every rank must leave the broadcast
     if world.rank == 0:
-        from .jobs import JobError, base_milliseconds
+        from export.base_latency import MeasurementError, base_milliseconds
 
         try:
             timed = (base_milliseconds(mcfg, cfg.latency_batch, cfg.latency_table), None)
-        except JobError as e:
+        except MeasurementError as e:
             timed = (None, str(e))
     times, failure = distributed.broadcast(timed, world)
     if failure:
@@ -140,10 +140,10 @@ def with_base_time(cfg: SearchConfig, mcfg, world) -> SearchConfig:
 
 
 def note_learned(cfg: SearchConfig, task) -> None:
-    """Say so when the model learns less than --learn asks (search.train.learned)."""
+    """Say so when the model learns less than --learn asks (search.resolve.learned)."""
     from dnarch_deploy.model import canonical_learn
 
-    from .train import learned, no_resolution
+    from .resolve import learned, no_resolution
 
     why = no_resolution(cfg, task.spatial)
     if why and "R" in canonical_learn(cfg.learn):
@@ -174,7 +174,7 @@ def unreachable_budget(cfg: SearchConfig, mcfg, budget: float) -> str | None:
 
 def check_budget(cfg: SearchConfig, mcfg) -> None:
     """A budget no network of the search space can meet: an error that states the range. With
-    --lam 0 nothing holds the search to its budget (:func:`search.train.result_fits`), which
+    --lam 0 nothing holds the search to its budget (:func:`search.result.result_fits`), which
     then only scales the reported ratio: any budget will do."""
     if cfg.lam == 0:
         return
@@ -204,7 +204,7 @@ def check_checkpoint(run_dir: Path, cfg: SearchConfig, task) -> None:
     from another run, or an edited width, is one message naming both files)."""
     from dnarch_deploy import DNArch
 
-    from .train import model_config
+    from .resolve import model_config
 
     path = checkpoint.last_weights(run_dir)
     if path is not None:
@@ -239,9 +239,9 @@ def create_run_dir(run_dir: Path, write: Callable[[Path], None]) -> None:
 def update_config(run_dir: Path, cfg: SearchConfig) -> None:
     """On resume: config.json's length becomes the run's new one (summary.json agrees)."""
     config = R.read_config(run_dir)
-    if any(config["train"].get(k) != getattr(cfg, k) for k in LENGTH):
-        config["train"].update({k: getattr(cfg, k) for k in LENGTH})
-        write_json(run_dir / R.CONFIG, config)
+    if any(config.train.get(k) != getattr(cfg, k) for k in LENGTH):
+        config.train.update({k: getattr(cfg, k) for k in LENGTH})
+        write_json(run_dir / R.CONFIG, config.to_dict())
 
 
 def after_failure(run_dir: Path | None, created: bool) -> str:
@@ -312,10 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         distributed.shutdown()
     if summary is not None:
-        print(f"{run_dir}: test {summary['metric_name']} {summary['test_metric']:.4f}, "
-              f"complexity ratio {summary['complexity_ratio']:.3f}, "
-              f"{summary['macs'] / 1e6:.2f} MMACs, {summary['params']:,} parameters "
-              f"(best epoch {summary['best_epoch']}, {summary['wall_seconds']:.0f} s)")
+        print(f"{run_dir}: test {summary.metric_name} {summary.test_metric:.4f}, "
+              f"complexity ratio {summary.complexity_ratio:.3f}, "
+              f"{summary.macs / 1e6:.2f} MMACs, {summary.params:,} parameters "
+              f"(best epoch {summary.best_epoch}, {summary.wall_seconds:.0f} s)")
     return 0
 
 

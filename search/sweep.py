@@ -2,31 +2,29 @@
 each latency buys on a task, searched networks against the base CCNN made narrower or shallower.
 
 One search per budget and seed, and the base CCNN family (``--learn none`` on a grid of widths and
-depths), each a real ``python -m search.run`` into DIR/runs/ and exported by
-``python -m export.onnx``; then every export's onnxruntime latency, measured in one session at
-batch 1 and a large batch, models in turns (``python -m export.measure``); then DIR/pareto.json,
-a row per model with the Pareto-optimal rows marked, and DIR/pareto.png (search/pareto.py).
+depths), each a job (``python -m search.sweep --out DIR --job NAME``: a real ``python -m
+search.run`` into DIR/runs/, then, in the job's process, export's pipeline as ``python -m
+export.onnx --no-bench``); then every export's onnxruntime latency, in one session at batch 1 and
+a large batch, models in turns (export.measure); then DIR/pareto.json, a row per model with the
+Pareto-optimal rows marked, and DIR/pareto.png (search/pareto.py).
 
 Flags this command does not know go to every search (``--steps 200 --width 8``); ``--seed``,
 ``--budget``, ``--out``, ``--learn``, ``--task`` and ``--resume`` are the sweep's own. Everything
-is checked before any run starts: budgets, the task (loaded), the search flags, and an existing DIR
-(refused unless ``--resume``, which continues it: finished runs and exports are reused, stopped
-runs resumed; the flags given must agree with DIR/sweep.json, those left out are taken from it).
-``--jobs N`` trains N models at a time in local processes; ``--emit-jobs`` writes a job array
-instead (DIR/jobs.txt, one command per model, and DIR/jobs.slurm for SLURM), after which
-``--resume`` measures and writes the front. Errors a user can cause print one line and exit with
-status 2.
+is checked before any run starts: budgets, the task (loaded), the search and export flags, and an
+existing DIR (refused unless ``--resume``, which continues it: finished runs and exports reused,
+stopped runs resumed; the flags given must agree with DIR/sweep.json, those left out are taken
+from it). ``--jobs N`` runs N jobs at a time, one thread each; ``--emit-jobs`` writes them as a job
+array instead (DIR/jobs.txt, DIR/jobs.slurm), after which ``--resume`` measures and writes the
+front. Errors a user can cause print one line and exit with status 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
-import os
 import shlex
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
@@ -36,18 +34,11 @@ from dnarch_deploy import rundir
 from dnarch_deploy import sweepdir as S
 from dnarch_deploy.cli import add_fields, given_flags
 from dnarch_deploy.io import atomic_write_text
+from dnarch_deploy.progress import Progress
 
-from .jobs import (
-    ROOT,
-    JobError,
-    Run,
-    base_milliseconds,
-    environment,
-    execute,
-    run_module,
-    saved_differences,
-    set_flag,
-)
+from . import jobs as J
+from .config import parse_args
+from .jobs import JobError, Run, check_saved, execute, export, export_options, set_flag
 
 # search.run flags the sweep sets for each model
 OWN = ("--seed", "--budget", "--out", "--resume", "--learn", "--task")
@@ -71,8 +62,6 @@ class SweepConfig:
         "the base CCNN family as WIDTHxDEPTH,... (e.g. 32x4,16x4,32x2); auto: the base width "
         "times sqrt(min(budget, 1)) for each budget at the base depth, and the base width at half "
         "the depth")})
-    # by cost, not timed: the lowering the search's cost model priced, and no time spent timing
-    # tactics; --export-flags=--tune times the tactics of every export
     export_flags: str = field(default="--no-tune", metadata={"help": (
         "python -m export.onnx flags for every export; the default exports by the cost model "
         "(the lowering the searches priced; --tune: tactics timed per model)")})
@@ -138,8 +127,6 @@ def parse_grid(text: str, width: int, depth: int, budgets: list[float]) -> list[
 
 def parse(argv: list[str] | None) -> tuple[SweepConfig, set[str], list[str]]:
     """The sweep's configuration, the names of the flags typed, and the search flags."""
-    import argparse
-
     def build() -> argparse.ArgumentParser:
         p = argparse.ArgumentParser(prog="python -m search.sweep", allow_abbrev=False,
                                     description=__doc__.split("\n\n")[0],
@@ -162,8 +149,6 @@ def make_plan(cfg: SweepConfig, search_flags: list[str], given: set[str]) -> dic
     """sweep.json's content: everything the models and the measurement depend on. Default
     budgets the search cannot reach on the task are left out, with a note; given ones are
     checked with the task (check_task)."""
-    from .config import parse_args
-
     for flag in search_flags:
         if flag.split("=")[0] in OWN:
             raise UsageError(f"{flag.split('=')[0]} is set by the sweep for each model; use "
@@ -172,16 +157,20 @@ def make_plan(cfg: SweepConfig, search_flags: list[str], given: set[str]) -> dic
     for name in ("seeds", "jobs", "batch", "threads", "repeats"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name} must be >= 1, got {getattr(cfg, name)}")
-    base = _search_config(["--task", cfg.task, *search_flags], "search flags", parse_args)
+    base = _search_config(["--task", cfg.task, *search_flags], "search flags")
     resumed = cfg.resume and bool(cfg.out) and (Path(cfg.out) / S.PLAN).exists()
     base_ms = [] if resumed else base_time(cfg, search_flags)  # a resumed sweep keeps its own
     if "budgets" not in given:
         budgets = reachable_defaults(cfg, [*search_flags, *base_ms_flags(base_ms)], budgets)
-    check_export_flags(shlex.split(cfg.export_flags))
+    export_flags = shlex.split(cfg.export_flags)
+    try:  # refused as python -m export.onnx refuses them, before any model trains
+        export_options(export_flags)
+    except ValueError as e:
+        raise UsageError(f"--export-flags {shlex.join(export_flags)}: {e}") from None
     grid = parse_grid(cfg.base_grid, base.width, base.depth, budgets)
     return {"schema": S.PLAN_SCHEMA, "version": S.VERSION, "task": cfg.task, "learn": cfg.learn,
             "budgets": budgets, "seeds": cfg.seeds, "base_grid": grid,
-            "search_flags": search_flags, "export_flags": shlex.split(cfg.export_flags),
+            "search_flags": search_flags, "export_flags": export_flags,
             "batch": cfg.batch, "threads": cfg.threads, "repeats": cfg.repeats,
             **({"base_ms": base_ms} if base_ms else {})}
 
@@ -192,31 +181,32 @@ def base_time(cfg: SweepConfig, search_flags: list[str]) -> list[float]:
     (sweep.json's ``base_ms``): their budgets then share one reference, timed on a quiet
     machine rather than beside other jobs. Otherwise (or with another machine's latency table,
     which then prices the base too) none."""
-    from .config import parse_args
-    from .tasks import TaskError, load_task
-    from .train import model_config
+    from .resolve import model_config
 
     search = _search_config(["--task", cfg.task, *search_flags, "--learn", cfg.learn],
-                            "search flags", parse_args)
+                            "search flags")
     if search.cost != "latency" or search.base_ms or not search.latency_table_here():
         return []
     try:
-        mcfg = model_config(search, load_task(cfg.task, seed=0, **search.task_options()))
-    except TaskError as e:
-        raise UsageError(f"--task {cfg.task}: {e}") from None
+        mcfg = model_config(search, _task(cfg.task, search))
     except ValueError:  # a network over the limits: check_task says so, per model
         return []
+    from export.base_latency import MeasurementError, base_milliseconds
+
     try:
         return base_milliseconds(mcfg, search.latency_batch, search.latency_table)
-    except JobError as e:
+    except MeasurementError as e:
         raise UsageError(str(e)) from None
 
 
-def planned_cost(plan: dict) -> str:
-    """What the plan's searches count a budget in (--cost)."""
-    from .config import parse_args
+def _task(name: str, search, seed: int = 0):
+    """The task ``name`` at ``seed``, as ``search`` (its search.run configuration) loads it."""
+    from .tasks import TaskError, load_task
 
-    return parse_args(["--task", plan["task"], *plan["search_flags"]])[0].cost
+    try:
+        return load_task(name, seed=seed, **search.task_options())
+    except TaskError as e:
+        raise UsageError(f"--task {name}: {e}") from None
 
 
 def base_ms_flags(base_ms: list[float]) -> list[str]:
@@ -228,18 +218,12 @@ def reachable_defaults(cfg: SweepConfig, search_flags: list[str], budgets: list[
     """The default budgets some network of the search space meets on the task (with --cost
     latency a small input's cheapest network may cost half the base); a note names the others.
     None reachable: an error."""
-    from .config import parse_args
+    from .resolve import learned, model_config
     from .run import unreachable_budget
-    from .tasks import TaskError, load_task
-    from .train import learned, model_config
 
     search = _search_config(["--task", cfg.task, *search_flags, "--learn", cfg.learn],
-                            "search flags", parse_args)
-    try:
-        task = load_task(cfg.task, seed=0, **search.task_options())
-    except TaskError as e:
-        raise UsageError(f"--task {cfg.task}: {e}") from None
-    why = {}
+                            "search flags")
+    task, why = _task(cfg.task, search), {}
     for b in budgets:  # per budget: below --crop-min-budget the search space has no R
         at = replace(search, budget=b)
         try:
@@ -263,8 +247,6 @@ def reachable_defaults(cfg: SweepConfig, search_flags: list[str], budgets: list[
 
 def models(plan: dict) -> list[Model]:
     """Per seed: the searches by budget, then the base family."""
-    from .config import parse_args
-
     base = parse_args(["--task", plan["task"], *plan["search_flags"]])[0]
     out = []
     for seed in range(plan["seeds"]):
@@ -285,7 +267,7 @@ def run_of(model: Model, plan: dict, sweep_dir: Path) -> Run:
     return Run(plan["task"], model.kind, model.seed, sweep_dir / S.RUNS / model.name, flags)
 
 
-def _search_config(flags: list[str], what: str, parse_args):
+def _search_config(flags: list[str], what: str):
     """search.run's configuration from ``flags``, checked as search.run checks it."""
     try:
         cfg = parse_args(flags)[0]
@@ -301,19 +283,6 @@ def _search_config(flags: list[str], what: str, parse_args):
 
 
 # --- checks before any run starts ---------------------------------------------------------------
-
-
-def check_export_flags(flags: list[str]) -> None:
-    """Refuse --export-flags that python -m export.onnx's own parser rejects (it exits 2; given
-    a run directory that does not exist it otherwise stops at that, status 1), before any model
-    trains. search and export meet only in the run directory, so export's parser runs in a
-    process of its own."""
-    missing = str(Path(tempfile.gettempdir()) / "dnarch-sweep-no-such-run")
-    proc = subprocess.run([sys.executable, "-m", "export.onnx", missing, *flags],
-                          capture_output=True, text=True, env=environment(), cwd=ROOT)
-    if proc.returncode == 2:
-        why = (proc.stderr.strip().splitlines() or ["rejected"])[-1]
-        raise UsageError(f"--export-flags {shlex.join(flags)}: python -m export.onnx says: {why}")
 
 
 def check_out(cfg: SweepConfig, given: set[str], plan: dict) -> tuple[Path, dict]:
@@ -340,44 +309,33 @@ def check_out(cfg: SweepConfig, given: set[str], plan: dict) -> tuple[Path, dict
         saved = rundir.read_json(saved_path, tuple(plan), within=out)
     except rundir.RunError as e:
         raise UsageError(f"--resume: {e}") from None
-    conflicts = [f"{_flag(k)} (saved {saved[k]!r}, given {plan[k]!r})" for k in FIXED
+    conflicts = [f"{'--' + k.replace('_', '-') if k != 'search_flags' else 'search flags'} "
+                 f"(saved {saved[k]!r}, given {plan[k]!r})" for k in FIXED
                  if k in given and saved[k] != plan[k]]
     if conflicts:
         raise UsageError(f"--resume continues {out}, made with other settings: "
                          f"{', '.join(conflicts)} (nothing was changed)")
     merged = {**saved, **{k: plan[k] for k in plan if k in given}}
     if "base_grid" in given:  # "auto" follows the saved search flags and the budgets
-        from .config import parse_args
-
         base = parse_args(["--task", merged["task"], *merged["search_flags"]])[0]
         merged["base_grid"] = parse_grid(cfg.base_grid, base.width, base.depth,
                                          merged["budgets"])
     return out, merged
 
 
-def _flag(key: str) -> str:
-    return "search flags" if key == "search_flags" else "--" + key.replace("_", "-")
-
-
 def check_task(plan: dict, runs: list[Run]) -> None:
-    """The task loads for every seed (generated data are made and cached here, once, before
-    processes start side by side) and every model fits it and its budget (search.run's own
-    checks; with --cost latency against the base's time the plan measured, or else its
-    predicted one)."""
-    from .config import parse_args
+    """The task loads for every seed (generated data made and cached here, once, before jobs start
+    side by side) and every model fits it and its budget (search.run's own checks; with --cost
+    latency against the base's time the plan measured, or else its predicted one)."""
     from .run import UsageError as RunUsageError
     from .run import check_budget
     from .run import check_task as check_model
-    from .tasks import TaskError, load_task
 
     loaded = {}
     for run in runs:
-        cfg = _search_config(run.flags, f"model {run.run_dir.name}", parse_args)
+        cfg = _search_config(run.flags, f"model {run.run_dir.name}")
         if run.seed not in loaded:
-            try:
-                loaded[run.seed] = load_task(plan["task"], seed=run.seed, **cfg.task_options())
-            except TaskError as e:
-                raise UsageError(f"--task {plan['task']}: {e}") from None
+            loaded[run.seed] = _task(plan["task"], cfg, run.seed)
         try:
             check_budget(cfg, check_model(cfg, loaded[run.seed]))
         except RunUsageError as e:
@@ -387,79 +345,81 @@ def check_task(plan: dict, runs: list[Run]) -> None:
 def check_runs(runs: list[Run]) -> None:
     """Run directories already in DIR were made with the flags the plan gives them."""
     for run in runs:
-        diff = saved_differences(run)
-        if diff:
-            raise UsageError(f"{run.run_dir} was made with other settings ({'; '.join(diff)}); "
-                             "remove it or choose another --out (nothing was changed)")
+        try:
+            check_saved(run)
+        except JobError as e:
+            raise UsageError(f"{e} (nothing was changed)") from None
 
 
 # --- running --------------------------------------------------------------------------------------
 
 
-def train_and_export(run: Run, export_flags: list[str], timings: dict) -> dict:
-    """One model: its search (run, resumed or reused), then its export unless one is there.
-    Latency is measured later, for all models together (--no-bench here)."""
+def train_and_export(run: Run, export_flags: list[str], timings: dict) -> rundir.Summary:
+    """One model, in its job's process: its search (run, resumed or reused), then its export,
+    in this process, unless one is there. Latency is measured later, for all models together."""
     summary = execute(run, timings)
     if not (run.run_dir / rundir.REPORT).exists():
-        seconds = run_module("export.onnx", str(run.run_dir), "--no-bench", *export_flags)
-        timings[run.run_dir.name] = timings.get(run.run_dir.name, 0.0) + seconds
+        export(run, export_flags, timings)
     return summary
 
 
-def run_all(runs: list[Run], plan: dict, jobs: int) -> tuple[dict, dict]:
-    """Every model, ``jobs`` at a time; (summaries, failures) by run directory."""
-    from tqdm import tqdm
+def job_command(sweep_dir: Path, run: Run) -> list[str]:
+    """A model's job: ``python -m search.sweep --out DIR --job NAME`` (train_and_export)."""
+    return ["search.sweep", "--out", str(sweep_dir.resolve()), "--job", run.run_dir.name]
 
-    summaries, failures, timings = {}, {}, {}
-    with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(runs), desc="models", unit="model",
-                                                 disable=bool(os.environ.get("CI"))) as bar:
-        futures = {pool.submit(train_and_export, run, plan["export_flags"], timings): run
-                   for run in runs}
+
+def run_job(sweep_dir: Path, run: Run) -> rundir.Summary:
+    """One model's job, in a process of its own (one thread: jobs.environment); its summary. A
+    model trained, scored as shipped and exported starts none."""
+    path, report = run.run_dir / rundir.SUMMARY, run.run_dir / rundir.REPORT
+    if path.exists() and report.exists():
+        summary = rundir.read_summary(run.run_dir)  # RunError: damaged, that model fails
+        if summary.scored_as_shipped:
+            return summary
+    J.run_module(*job_command(sweep_dir, run))
+    return rundir.read_summary(run.run_dir)
+
+
+def run_all(sweep_dir: Path, runs: list[Run], jobs: int) -> tuple[dict, dict]:
+    """Every model, ``jobs`` at a time, a log line each; (summaries, failures) by run dir."""
+    summaries, failures = {}, {}
+    with ThreadPoolExecutor(jobs) as pool, Progress(len(runs), "models", "model") as progress:
+        futures = {pool.submit(run_job, sweep_dir, run): run for run in runs}
         for future in as_completed(futures):
             run = futures[future]
+            progress.update(1)
             try:
-                summaries[run.run_dir] = future.result()
-            except (JobError, OSError, ValueError) as e:  # ValueError: a damaged summary
+                summary = summaries[run.run_dir] = future.result()
+            except (JobError, OSError, ValueError) as e:  # a damaged summary: a RunError
                 failures[run.run_dir] = e
-                bar.write(f"FAILED {run.run_dir.name}: {e}")
-            bar.update(1)
+                progress.write(f"FAILED {run.run_dir.name}: {e}")
+                continue
+            progress.note(model=run.run_dir.name, **{summary.metric_name: summary.test_metric},
+                          ratio=summary.complexity_ratio)
     return summaries, failures
 
 
 def measure(sweep_dir: Path, runs: list[Run], plan: dict) -> dict:
-    """Every export measured in one session (python -m export.measure): DIR/latency.json."""
-    path = sweep_dir / S.LATENCY
-    run_module("export.measure", *(str(r.run_dir) for r in runs), "--out", str(path),
-               "--batches", f"1,{plan['batch']}", "--threads", str(plan["threads"]),
-               "--repeats", str(plan["repeats"]))
-    return json.loads(path.read_text())
+    """Every export measured in one session, in this process (export.measure): latency.json."""
+    from export.infer import InputError
+    from export.measure import measure_exports
+
+    try:
+        latency = measure_exports([r.run_dir for r in runs], tuple(dict.fromkeys(
+            (1, plan["batch"]))), plan["threads"], plan["repeats"])
+        atomic_write_text(sweep_dir / S.LATENCY, json.dumps(latency, indent=1) + "\n")
+    except (InputError, OSError) as e:
+        raise JobError(str(e)) from None
+    return latency
 
 
 def emit_jobs(sweep_dir: Path, runs: list[Run]) -> tuple[Path, Path]:
-    """DIR/jobs.txt (one command per model; each trains and exports it, resuming what a
-    killed job left) and DIR/jobs.slurm (a SLURM array running line i+1 as task i)."""
+    """DIR/jobs.txt (one job per model; each resumes what a killed one left) and DIR/jobs.slurm
+    (jobs.write_array)."""
     out = sweep_dir.resolve()
-    lines = [f"python -m search.sweep --out {shlex.quote(str(out))} --job {r.run_dir.name}"
-             for r in runs]
-    jobs = out / S.JOBS
-    atomic_write_text(jobs, "\n".join(lines) + "\n")
-    slurm = out / S.SLURM
-    atomic_write_text(slurm, "\n".join([
-        "#!/bin/bash",
-        "# One array task per model of the sweep: sbatch jobs.slurm (run where dnarch-deploy is",
-        "# installed; the sweep directory must be on a file system every node sees).",
-        "# When all have finished, measure and write the front on the deployment machine:",
-        f"#   python -m search.sweep --out {shlex.quote(str(out))} --resume",
-        "#SBATCH --job-name=dnarch-sweep",
-        f"#SBATCH --array=0-{len(lines) - 1}",
-        "#SBATCH --cpus-per-task=1",
-        f"#SBATCH --output={shlex.quote(str(out))}/jobs-%a.log",
-        "set -euo pipefail",
-        f'line=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(str(jobs))})',
-        'exec bash -c "$line"',
-        "",
-    ]))
-    return jobs, slurm
+    return J.write_array(out / S.JOBS, out / S.SLURM,
+                         ["python -m " + shlex.join(job_command(out, r)) for r in runs],
+                         f"python -m search.sweep --out {shlex.quote(str(out))} --resume")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -472,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_one(cfg)
         plan = make_plan(cfg, search_flags, given)
         out, plan = check_out(cfg, given, plan)
-        if cfg.resume and "base_ms" not in plan and planned_cost(plan) == "latency":
+        if cfg.resume and "base_ms" not in plan and parse_args(
+                ["--task", plan["task"], *plan["search_flags"]])[0].cost == "latency":
             print("note: this sweep was planned before a latency sweep timed its base once: "
                   "its searches not yet run time the base themselves", file=sys.stderr)
         todo = [(m, run_of(m, plan, out)) for m in models(plan)]
@@ -489,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(runs)} jobs: {jobs} (one command per line), {slurm} (sbatch {slurm}); "
               f"then `python -m search.sweep --out {out} --resume` measures and writes the front")
         return 0
-    summaries, failures = run_all(runs, plan, cfg.jobs)
+    summaries, failures = run_all(out, runs, cfg.jobs)
     if failures:
         print(f"error: {len(failures)} of {len(runs)} models failed (above); finished ones are "
               f"kept: `python -m search.sweep --out {out} --resume` continues", file=sys.stderr)
@@ -514,12 +475,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_one(cfg: SweepConfig) -> int:
-    """--job NAME: train and export one model of DIR's plan (a job array's task)."""
+    """--job NAME: train and export one model of DIR's plan (a job of the sweep's own, or a
+    task of a job array)."""
     out = Path(cfg.out)
     try:
         plan = rundir.read_json(out / S.PLAN, ("task", "search_flags", "export_flags"))
     except rundir.RunError as e:
-        raise UsageError(f"--job needs a sweep made by --emit-jobs: {e}") from None
+        raise UsageError(f"--job needs a sweep's {S.PLAN} (the sweep, or --emit-jobs, writes "
+                         f"it): {e}") from None
     runs = {r.run_dir.name: r for r in (run_of(m, plan, out) for m in models(plan))}
     if cfg.job not in runs:
         raise UsageError(f"--job {cfg.job}: not a model of {out / S.PLAN} "
@@ -529,7 +492,7 @@ def run_one(cfg: SweepConfig) -> int:
     except JobError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"{runs[cfg.job].run_dir}: test {summary['metric_name']} {summary['test_metric']:.4f}")
+    print(f"{runs[cfg.job].run_dir}: test {summary.metric_name} {summary.test_metric:.4f}")
     return 0
 
 

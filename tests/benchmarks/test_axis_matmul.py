@@ -1,26 +1,24 @@
-"""benchmarks/axis_matmul.py --quick as a user runs it: both forms checked against the
+"""python -m benchmarks.axis_matmul --quick as a user runs it: both forms checked against the
 resampling, one row per case and batch, and the shipped form named by the row-length rule."""
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
+
+import pytest
 
 from export.resampling import TRANSPOSE_ROWS_BELOW
 from tests.benchmarks.printed import assert_printed_ratio
+from tests.benchmarks.scripts import run
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
+@pytest.mark.slow
 def test_quick_run_prints_one_row_per_case_with_the_shipped_form():
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "axis_matmul.py"), "--quick", "--batches",
-         "1,2", "--repeats", "3"], capture_output=True, text=True, check=True,
-        env={**os.environ, "CI": "1"}).stdout
-    assert out.startswith("$ python benchmarks/axis_matmul.py --quick") and "onnxruntime" in out
+    out = run("axis_matmul", "--quick", "--batches", "1,2", "--repeats", "3", check=True,
+              env={**os.environ, "CI": "1"}).stdout
+    assert out.startswith("Command: `python -m benchmarks.axis_matmul --quick")
+    assert "onnxruntime" in out
     rows = re.findall(r"^\| (\d+) -> (\d+) \| (\d+) \| (\d+) \| ([\d.]+) \| ([\d.]+) \| "
                       r"([\d.]+) \| (\w+) \|$", out, re.M)
     assert [r[:4] for r in rows] == [("8", "5", "8", "1"), ("8", "5", "8", "2"),

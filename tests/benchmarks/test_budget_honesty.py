@@ -1,19 +1,17 @@
-"""benchmarks/budget_honesty.py --report-only on hand-made sweeps: its tables and targets against
-figures computed by hand (the comments), through the command line as a user runs it."""
+"""python -m benchmarks.budget_honesty --report-only on hand-made sweeps: its tables and targets
+against figures computed by hand (the comments), through the command line as a user runs it."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from dnarch_deploy import sweepdir as S
+import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "budget_honesty.py"
+from dnarch_deploy import sweepdir as S
+from tests.benchmarks.scripts import run
 
 
 def row(kind: str, seed: int, ms1: float, ms32: float, metric: float, macs: float,
@@ -64,6 +62,7 @@ def cells(text: str, start: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 
 
+@pytest.mark.slow
 def test_report_only_tables_and_targets(tmp_path: Path):
     out, results = tmp_path / "bh", tmp_path / "bh.md"
     rows = gunpoint()
@@ -93,13 +92,16 @@ def test_report_only_tables_and_targets(tmp_path: Path):
     (runs / "search-b0.25-s1" / "architecture.json").write_text('{"blocks": null}')
     (runs / "search-b0.25-s1" / "summary.json").write_text("[]")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--report-only", "--tasks",
-                           "ucr:GunPoint", "digits", "--seeds", "2", "--out", str(out),
-                           "--results", str(results)], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=120)
+    proc = run("budget_honesty", "--report-only", "--tasks", "ucr:GunPoint", "digits", "--seeds",
+               "2", "--out", out, "--results", results, env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = results.read_text()
     assert proc.stdout.strip() == text.strip()
+    # the command as a user would type it, no directory of this machine in it
+    command = next(ln for ln in text.splitlines() if ln.startswith("Command: "))
+    assert command.startswith("Command: `python -m benchmarks.budget_honesty --report-only "
+                              "--tasks ucr:GunPoint digits --seeds 2 --out OUT/")
+    assert str(tmp_path) not in command and command.endswith(f"/{results.name}`  ")
 
     # Table 1: cost-model ratio, measured B=1 and B=32 (mean ± std over the 2 seeds), within
     # ±20 % of the budget (0.275 / 0.25 = 1.1: met; 0.35 / 0.25 = 1.4: missed)
@@ -179,6 +181,7 @@ def test_report_only_tables_and_targets(tmp_path: Path):
     assert cells(archs, "| digits | 0.25 | 1 |")[3:] == ["0.900", "0.500 / 0.250", "–", "–", "–"]
 
 
+@pytest.mark.slow
 def test_report_only_without_sweeps_writes_nothing(tmp_path: Path):
     """A wrong --out or a damaged pareto.json: one error naming it, exit 1, and the results file
     left as it was; a damaged invocations.json: one usage error, exit 2."""
@@ -190,23 +193,21 @@ def test_report_only_without_sweeps_writes_nothing(tmp_path: Path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for out, problem in ((tmp_path / "missing", "file not found"),
                          (tmp_path / "bh", "not valid JSON")):
-        proc = subprocess.run([sys.executable, str(SCRIPT), "--report-only", "--tasks",
-                               "ucr:GunPoint", "--out", str(out), "--results", str(results)],
-                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        proc = run("budget_honesty", "--report-only", "--tasks", "ucr:GunPoint", "--out", out,
+                   "--results", results, env=env, cwd=tmp_path, timeout=120)
         assert proc.returncode == 1 and proc.stdout == ""
         assert proc.stderr.count("error:") == 1
         assert f"no sweep in {out} has a usable pareto.json (ucr:GunPoint: " in proc.stderr
         assert problem in proc.stderr and f"{results} not written" in proc.stderr
         assert results.read_text() == "earlier report\n"
     (tmp_path / "bh" / "invocations.json").write_text("[{")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--report-only", "--tasks",
-                           "ucr:GunPoint", "--out", str(tmp_path / "bh"), "--results",
-                           str(results)], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=120)
+    proc = run("budget_honesty", "--report-only", "--tasks", "ucr:GunPoint", "--out",
+               tmp_path / "bh", "--results", results, env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 2 and "invocations.json cannot be read" in proc.stderr
     assert results.read_text() == "earlier report\n"
 
 
+@pytest.mark.slow
 def test_the_report_names_the_measured_base_a_latency_sweep_used(tmp_path: Path):
     """A sweep that timed its base (--cost latency: sweep.json's base_ms) says so in the
     report's list of sweeps; one without says nothing of it."""
@@ -216,10 +217,9 @@ def test_the_report_names_the_measured_base_a_latency_sweep_used(tmp_path: Path)
     plan = {"learn": "KRWD", "search_flags": ["--cost", "latency"], "export_flags": [],
             "base_grid": [[32, 4]], "base_ms": [0.25, 7.5]}
     (out / "ucr-GunPoint" / S.PLAN).write_text(json.dumps(plan))
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--report-only", "--tasks",
-                           "ucr:GunPoint", "digits", "--out", str(out), "--results",
-                           str(results)], capture_output=True, text=True, cwd=tmp_path,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
+    proc = run("budget_honesty", "--report-only", "--tasks", "ucr:GunPoint", "digits", "--out",
+               out, "--results", results, cwd=tmp_path,
+               env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = results.read_text().splitlines()
     gunpoint_sweep = next(ln for ln in lines if ln.startswith("- ucr:GunPoint: learn"))

@@ -1,18 +1,14 @@
-"""benchmarks/channel_block.py runs and prints one row per layer, size and batch, each count's
+"""benchmarks.channel_block runs and prints one row per layer, size and batch, each count's
 measured time and the cost model's price over the 32-channel layer's."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import channel_block  # noqa: E402
+from benchmarks import channel_block
 
 
+@pytest.mark.slow
 def test_quick_table(capsys):
     assert channel_block.main(["--quick", "--batches", "1", "--repeats", "4"]) == 0
     out = capsys.readouterr().out

@@ -1,25 +1,23 @@
-"""benchmarks/circular_conv.py as a user runs it, on a short input: one row per batch, the
+"""python -m benchmarks.circular_conv as a user runs it, on a short input: one row per batch, the
 circular lowering on the training's FFT length (a shorter four-step grid, fewer MACs) computing
 what the linear one computes; the report written where --out says."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
+
+from tests.benchmarks.scripts import run
 
 
+@pytest.mark.slow
 def test_short_run_writes_one_row_per_batch_with_fewer_macs_and_the_same_output(tmp_path):
     out = tmp_path / "circular.md"
-    subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "circular_conv.py"), "--lengths", "64",
-         "--batch", "1,4", "--repeats", "2", "--out", str(out)], capture_output=True, text=True,
+    run("circular_conv", "--lengths", "64", "--batch", "1,4", "--repeats", "2", "--out", out,
         check=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
     text = out.read_text()
-    assert "python benchmarks/circular_conv.py --lengths 64" in text
+    assert "`python -m benchmarks.circular_conv --lengths 64" in text
     rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| 64 |")]
     assert [r[1] for r in rows] == ["1", "4"]
     for r in rows:

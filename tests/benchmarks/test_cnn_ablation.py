@@ -1,23 +1,17 @@
-"""benchmarks/cnn_ablation.py: the ladder from the FCN peer toward the CCNN."""
+"""benchmarks.cnn_ablation: the ladder from the FCN peer toward the CCNN."""
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "cnn_ablation.py"
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import cnn_ablation as A  # noqa: E402
+from benchmarks import cnn_ablation as A
+from benchmarks import ucr_quality as U
+from tests.benchmarks.scripts import ROOT, run
 
 
+@pytest.mark.slow
 def test_the_first_rung_is_the_fcn_peer_itself():
     """Same task, seed and steps: the ladder's first rung gives the FCN column's figure."""
-    import ucr_quality as U
-
     assert A.fit("fcn", "ucr:GunPoint", 0, 40)[0] == U.fcn("ucr:GunPoint", 0, 40)[0]
 
 
@@ -84,18 +78,19 @@ def test_each_rung_changes_the_one_above_toward_the_ccnn():
     assert [m.kernel_size for m in long.modules() if getattr(m, "groups", 1) > 1] == [(17,)] * 4
 
 
+@pytest.mark.slow
 def test_a_run_writes_one_row_a_rung(tmp_path):
     out = tmp_path / "ablation.md"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--tasks", "ucr:GunPoint", "--seeds", "1",
-                           "--steps", "5", "--rungs", "fcn", "ccnn blocks", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env={**os.environ, "CI": "1"})
+    proc = run("cnn_ablation", "--tasks", "ucr:GunPoint", "--seeds", "1", "--steps", "5",
+               "--rungs", "fcn", "ccnn blocks", "--out", out, timeout=600, cwd=ROOT,
+               env={**os.environ, "CI": "1"})
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in out.read_text().splitlines() if line.startswith("| ")]
     assert rows[0] == "| rung | ucr:GunPoint | s/fit |"
     assert [r.split(" | ")[0] for r in rows[1:]] == ["| fcn", "| ccnn blocks"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, says", [
     (["--tasks", "ucr:Nope"], "no bundled set named 'Nope'"),
     (["--tasks", "digits"], "digits: the ladder is of 1-D networks"),
@@ -103,7 +98,6 @@ def test_a_run_writes_one_row_a_rung(tmp_path):
 ])
 def test_bad_input_is_refused_before_any_fit(tmp_path, flags, says):
     out = tmp_path / "ablation.md"
-    proc = subprocess.run([sys.executable, str(SCRIPT), *flags, "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = run("cnn_ablation", *flags, "--out", out, timeout=300, cwd=ROOT)
     assert proc.returncode == 2 and says in proc.stderr.splitlines()[-1]
     assert not out.exists()

@@ -1,27 +1,20 @@
-"""benchmarks/crop_cost.py: the resampling it counts is the lowered network's, its FFT pricing
+"""benchmarks.crop_cost: the resampling it counts is the lowered network's, its FFT pricing
 the closed form, a run's row its own summary; a path that is not a finished run is refused."""
 
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from benchmarks.crop_cost import resampling_macs, run_row
 from dnarch_deploy import DNArch, ModelConfig, describe
 from dnarch_deploy import masks as M
 from dnarch_deploy import rundir as R
 from dnarch_deploy.cost import architecture_operators
+from tests.benchmarks.scripts import run
 from tests.search.conftest import TINY, run_search
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "crop_cost.py"
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from crop_cost import resampling_macs, run_row  # noqa: E402
 
 
 def test_resampling_is_the_lowered_operators_and_its_fft_price_the_closed_form():
@@ -40,6 +33,7 @@ def test_resampling_is_the_lowered_operators_and_its_fft_price_the_closed_form()
     assert reference < exported / 5  # a dense (150 x r) matrix per line, each way
 
 
+@pytest.mark.slow
 def test_a_runs_row_is_its_summary(tmp_path):
     run = tmp_path / "run"
     run_search(*TINY, "--learn", "KRWD", "--out", str(run))
@@ -51,21 +45,21 @@ def test_a_runs_row_is_its_summary(tmp_path):
     assert 0 <= row["share"] < 1 and row["without"] <= row["cost"]
 
 
+@pytest.mark.slow
 def test_a_path_that_is_not_a_finished_run_is_refused(tmp_path):
     out = tmp_path / "out.md"
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "nope"), "--out",
-                           str(out)], capture_output=True, text=True, timeout=120)
+    proc = run("crop_cost", tmp_path / "nope", "--out", out, timeout=120)
     assert proc.returncode == 2 and str(tmp_path / "nope") in proc.stderr
     assert "Traceback" not in proc.stderr and not out.exists()
 
 
+@pytest.mark.slow
 def test_a_damaged_run_is_one_message_and_no_report(tmp_path):
-    run = tmp_path / "run"
-    run_search(*TINY, "--learn", "KRWD", "--out", str(run))
-    (run / R.ARCHITECTURE).write_text("{not json")
+    run_dir = tmp_path / "run"
+    run_search(*TINY, "--learn", "KRWD", "--out", str(run_dir))
+    (run_dir / R.ARCHITECTURE).write_text("{not json")
     out = tmp_path / "out.md"
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(run), "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    proc = run("crop_cost", run_dir, "--out", out, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("error:")
     assert "architecture.json" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()

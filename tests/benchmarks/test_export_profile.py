@@ -1,17 +1,12 @@
-"""benchmarks/export_profile.py: both profiles printed, their times adding up, bad flags refused."""
+"""benchmarks.export_profile: both profiles printed, their times adding up, bad flags refused."""
 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from export_profile import kinds_per_call, main, table  # noqa: E402
+from benchmarks.export_profile import kinds_per_call, main, table
 
 
 def test_table_lists_the_largest_kinds_and_folds_the_rest():
@@ -44,6 +39,7 @@ def test_kinds_per_call_drops_the_warm_up_and_takes_each_kinds_median():
     assert wall == pytest.approx(0.6)  # the median of 0.6, 0.5 and 0.7 ms
 
 
+@pytest.mark.slow
 def test_a_small_network_is_profiled_in_both_runtimes(capsys):
     assert main(["--length", "32", "--batch", "2", "--calls", "2", "--top", "50",
                  "--tactic", "matmul"]) == 0

@@ -1,16 +1,13 @@
-"""benchmarks/export_speed.py: a report path that cannot be written is refused before any work."""
+"""benchmarks.export_speed: a report path that cannot be written is refused before any work."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmarks.scripts import run as run_script
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("out", "why"), [
     ("/proc/export_speed.md", "No such file or directory"),  # /proc takes no new files
     ("{tmp}", "{tmp} is a directory"),
@@ -18,28 +15,27 @@ ROOT = Path(__file__).resolve().parents[2]
 ])
 def test_an_unwritable_report_path_is_refused_before_any_work(tmp_path, out, why):
     out, why = out.format(tmp=tmp_path), why.format(tmp=tmp_path)
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "export_speed.py"), "--out",
-                          out], capture_output=True, text=True, timeout=60)
+    run = run_script("export_speed", "--out", out, timeout=60)
     assert run.returncode == 2
     assert f"error: --out {out}: cannot write a report there ({why})" in run.stderr
     assert "tune" not in run.stderr  # nothing was tuned or timed
     assert list(tmp_path.iterdir()) == []  # and nothing left behind
 
 
+@pytest.mark.slow
 def test_a_missing_run_directory_is_refused_before_any_work(tmp_path):
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "export_speed.py"),
-                          "--run-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "r.md")],
-                         capture_output=True, text=True, timeout=60)
+    run = run_script("export_speed", "--run-dir", tmp_path / "nope", "--out", tmp_path / "r.md",
+                     timeout=60)
     assert run.returncode == 2
     assert f"error: {tmp_path / 'nope'}: run directory not found" in run.stderr
     assert "Traceback" not in run.stderr and "tune" not in run.stderr
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_unknown_mask_state_is_refused_before_any_work(tmp_path):
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "export_speed.py"),
-                          "--states", "found,middle", "--out", str(tmp_path / "r.md")],
-                         capture_output=True, text=True, timeout=60)
+    run = run_script("export_speed", "--states", "found,middle", "--out", tmp_path / "r.md",
+                     timeout=60)
     assert run.returncode == 2
     assert "error: --states takes found and/or max, got middle" in run.stderr
     assert "Traceback" not in run.stderr and "tune" not in run.stderr

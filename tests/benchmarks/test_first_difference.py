@@ -1,20 +1,12 @@
-"""benchmarks/first_difference.py: the two tasks it screens, and a wrong set refused."""
+"""benchmarks.first_difference: the two tasks it screens, and a wrong set refused."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 
+from benchmarks.first_difference import with_first_difference, write_pair
 from dnarch_deploy.tasks import load_task
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "first_difference.py"
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from first_difference import with_first_difference, write_pair  # noqa: E402
+from tests.benchmarks.scripts import run
 
 
 def test_first_difference_follows_the_channels():
@@ -41,16 +33,14 @@ def test_the_pair_is_one_split_raw_and_with_differences(tmp_path):
 
 
 def test_a_set_that_is_not_bundled_is_one_error(tmp_path):
-    result = subprocess.run([sys.executable, str(SCRIPT), "--sets", "Nope", "--out",
-                             str(tmp_path / "o")], capture_output=True, text=True)
+    result = run("first_difference", "--sets", "Nope", "--out", tmp_path / "o")
     assert result.returncode == 2
     assert "no bundled set named 'Nope'" in result.stderr
     assert not (tmp_path / "o" / "data" / "Nope-raw.npz").exists()
 
 
 def test_results_that_is_a_directory_is_refused_before_any_file(tmp_path):
-    result = subprocess.run([sys.executable, str(SCRIPT), "--sets", "GunPoint", "--out",
-                             str(tmp_path / "o"), "--results", str(tmp_path)],
-                            capture_output=True, text=True)
+    result = run("first_difference", "--sets", "GunPoint", "--out", tmp_path / "o", "--results",
+                 tmp_path)
     assert result.returncode == 2 and "is a directory" in result.stderr
     assert not (tmp_path / "o").exists()

@@ -1,29 +1,25 @@
-"""benchmarks/four_step.py --quick as a user runs it: per case and batch one row, the fewest-MACs
-grid first, the grid export picks (FOUR_STEP_N2) marked; then the inverse half's two layouts
-(export's against the Transpose form) and the filter product's three forms, equal outputs checked
-before timing; and the grid argument it relies on."""
+"""python -m benchmarks.four_step --quick as a user runs it: per case and batch one row, the
+fewest-MACs grid first, the grid export picks (FOUR_STEP_N2) marked; then the inverse half's two
+layouts (export's against the Transpose form) and the filter product's three forms, equal outputs
+checked before timing; and the grid argument it relies on."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from benchmarks.four_step import BlockFilter, SwappedFilter
 from export.tactics import MatMulFFTConv
 from tests.benchmarks.printed import assert_printed_ratio
+from tests.benchmarks.scripts import run
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
+@pytest.mark.slow
 def test_quick_run_prints_each_grid_with_the_picked_one_marked():
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "four_step.py"), "--quick", "--batch", "1",
-         "--repeats", "2"], capture_output=True, text=True, check=True,
-        env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600).stdout
+    out = run("four_step", "--quick", "--batch", "1", "--repeats", "2", check=True,
+              env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600).stdout
     rows = [line for line in out.splitlines() if line.startswith("| ") and "grid" not in line]
     assert len(rows) == 6
     filters, layouts, rows = rows[4:], rows[2:4], rows[:2]
@@ -55,16 +51,13 @@ def test_a_grid_too_small_for_the_kernel_is_refused():
 
 
 def test_the_filter_forms_compute_the_same_convolution():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from four_step import BlockFilter, SwappedFilter
-
     kernel, x = torch.randn(4, 299), torch.randn(3, 4, 150)
     reference = MatMulFFTConv(kernel, (150,))(x)
     for form in (BlockFilter, SwappedFilter):
         torch.testing.assert_close(form(kernel, (150,))(x), reference, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_batch_below_one_is_one_error():
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "four_step.py"), "--batch",
-                           "0"], capture_output=True, text=True, timeout=120)
+    proc = run("four_step", "--batch", "0", timeout=120)
     assert proc.returncode == 2 and "--batch and --repeats must be >= 1" in proc.stderr

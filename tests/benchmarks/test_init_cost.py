@@ -1,21 +1,17 @@
-"""benchmarks/init_cost.py: without R learned the initial network is the base (ratio exactly 1);
+"""benchmarks.init_cost: without R learned the initial network is the base (ratio exactly 1);
 with R its full-resolution blocks' folded kernels change the cost; bad shapes are one argparse
 error."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import init_cost  # noqa: E402
+from benchmarks import init_cost
 
 
 def rows(text: str) -> dict[str, float]:
     """The first table's rows (input -> initial cost / base); the crop table follows it."""
-    first = text.split("\n\n")[1]
+    first = next(part for part in text.split("\n\n") if part.startswith("| input |"))
     return {r.split(" | ")[0].strip("| "): float(r.split(" | ")[1].strip(" |"))
             for r in first.splitlines() if r.startswith("| ") and "input" not in r}
 
@@ -25,7 +21,7 @@ def test_the_initial_network_costs_the_base_unless_r_is_learned(capsys):
     assert rows(capsys.readouterr().out) == {"64": 1.0, "8x8": 1.0}
     assert init_cost.main(["--shapes", "150", "--learn", "KR"]) == 0
     out = capsys.readouterr().out
-    assert "`python benchmarks/init_cost.py --shapes 150 --learn KR`" in out
+    assert "Command: `python -m benchmarks.init_cost --shapes 150 --learn KR`" in out
     assert rows(out)["150"] == pytest.approx(init_cost.init_ratio((150,), 4, 32, "KR"), abs=5e-4)
     assert rows(out)["150"] != 1.0
 

@@ -1,5 +1,5 @@
-"""benchmarks/latency_prediction.py as a user runs it: the header, one row per shape and batch
-with positive figures whose medians lie in their ranges, and bad arguments refused with one
+"""python -m benchmarks.latency_prediction as a user runs it: the header, one row per shape and
+batch with positive figures whose medians lie in their ranges, and bad arguments refused with one
 message."""
 
 from __future__ import annotations
@@ -7,22 +7,18 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.benchmarks import scripts
 from tests.benchmarks.printed import assert_printed_ratio
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = str(ROOT / "benchmarks" / "latency_prediction.py")
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                          env={**os.environ, "CI": "1"})
+    return scripts.run("latency_prediction", *args, env={**os.environ, "CI": "1"})
 
 
+@pytest.mark.slow
 def test_one_row_per_shape_and_batch():
     """Also --compare: the bundled table beside itself has the same ratio errors."""
     from dnarch_deploy.latency import BUNDLED
@@ -31,7 +27,9 @@ def test_one_row_per_shape_and_batch():
                "--table", str(BUNDLED), "--compare", str(BUNDLED))
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert out.startswith("Command: `python benchmarks/latency_prediction.py --networks 2")
+    assert out.startswith("Command: `python -m benchmarks.latency_prediction --networks 2")
+    # the bundled table is in the repository: the command names it relative to it
+    assert "--table dnarch_deploy/data/latency_default.json" in out.splitlines()[0]
     assert "onnxruntime 1." in out and "table: " in out
     assert f"| ratio error with {BUNDLED} |" in out
     num = r"([\d.]+)"
@@ -62,6 +60,7 @@ def test_one_row_per_shape_and_batch():
         assert predicted["36", b] > 1.2 and predicted["16", b] < 0.8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, says", [
     (["--networks", "0"], "--networks, --batch and --threads must be >= 1"),
     (["--shapes", "3x3x3"], "a shape is 1-D or 2-D"),

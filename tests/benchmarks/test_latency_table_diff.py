@@ -1,4 +1,4 @@
-"""benchmarks/latency_table_diff.py as a user runs it: per batch and kind the matched points'
+"""python -m benchmarks.latency_table_diff as a user runs it: per batch and kind the matched points'
 new / old ratio (a kind scaled by 0.5 reads 0.50, the others 1.00), and a missing or damaged
 table refused in one message."""
 
@@ -7,19 +7,19 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = str(ROOT / "benchmarks" / "latency_table_diff.py")
-BUNDLED = ROOT / "dnarch_deploy" / "data" / "latency_default.json"
+import pytest
 
+from tests.benchmarks import scripts
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, SCRIPT, *map(str, args)], capture_output=True,
-                          text=True)
+BUNDLED = scripts.ROOT / "dnarch_deploy" / "data" / "latency_default.json"
 
 
+def run(*args) -> subprocess.CompletedProcess:
+    return scripts.run("latency_table_diff", *args)
+
+
+@pytest.mark.slow
 def test_a_kind_scaled_by_half_reads_half(tmp_path):
     data = json.loads(BUNDLED.read_text())
     for point in data["points"]["32"]["conv.matmul"]:
@@ -38,6 +38,7 @@ def test_a_kind_scaled_by_half_reads_half(tmp_path):
         assert int(n) == len(data["points"][batch][kind])
 
 
+@pytest.mark.slow
 def test_a_missing_or_damaged_table_is_refused(tmp_path):
     done = run(tmp_path / "nope.json", BUNDLED)
     assert done.returncode == 2 and "nope.json: " in done.stderr

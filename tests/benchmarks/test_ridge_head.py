@@ -1,31 +1,29 @@
-"""benchmarks/ridge_head.py on a tiny trained run, through the command line: the trained head's
-accuracy is summary.json's, the refits learn from the features, the table is written as printed;
-bad input is one line and exit 2, before any refit."""
+"""python -m benchmarks.ridge_head on a tiny trained run, through the command line: the trained
+head's accuracy is summary.json's, the refits learn from the features, the table is written as
+printed; bad input is one line and exit 2, before any refit."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from benchmarks import ridge_head as H
 from dnarch_deploy import rundir as R
 from search.tasks import load_task
+from tests.benchmarks.scripts import run
 
 from ..search.conftest import TINY, env, run_search
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "ridge_head.py"
-
 
 def ridge_head(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          env=env(), timeout=600)
+    return run("ridge_head", *args, env=env(), timeout=600)
 
 
+@pytest.mark.slow
 def test_a_run_refit_beside_its_shipped_head(tmp_path):
     run = tmp_path / "gp"
     run_search(*TINY, "--out", str(run))
@@ -65,6 +63,7 @@ def test_a_run_refit_beside_its_shipped_head(tmp_path):
     assert proc.stderr.strip() == f"error: {tmp_path / 'nowhere'}: run directory not found"
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     missing = ridge_head(str(tmp_path / "nowhere"))
     assert missing.returncode == 2
@@ -78,13 +77,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "t.md").exists()
 
 
+@pytest.mark.slow
 def test_every_block_features_end_with_the_last_blocks(tmp_path):
     """--blocks every: each block's output pooled as the head pools the trunk's, in block order;
     the last block's output is the trunk's, so the head's own features end every row exactly,
     and the logits are the trained head's either way."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import ridge_head as H
-
     run_dir = tmp_path / "deep"
     run_search("--task", "ucr:GunPoint", "--depth", "2", "--width", "4", "--batch-size", "8",
                "--epochs", "2", "--eval-batch-size", "64", "--out", str(run_dir))

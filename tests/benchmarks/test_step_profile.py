@@ -1,20 +1,16 @@
-"""benchmarks/step_profile.py: per-step figures for both variants, and a device it lacks refused."""
+"""benchmarks.step_profile: per-step figures for both variants, and a device it lacks refused."""
 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from step_profile import main  # noqa: E402
+from benchmarks.step_profile import main
 
 
+@pytest.mark.slow
 def test_both_variants_are_profiled_and_dnarch_runs_more_operators(capsys):
     assert main(["--device", "cpu", "--steps", "1", "--top", "3"]) == 0
     out = capsys.readouterr().out

@@ -1,24 +1,18 @@
-"""benchmarks/stream_layout.py: the sequence-first four-step computes today's convolution, the
+"""benchmarks.stream_layout: the sequence-first four-step computes today's convolution, the
 report is printed, bad flags are refused."""
 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from stream_layout import SequenceFirstConv, both_forms, first, main  # noqa: E402
-
-from dnarch_deploy.spectral import direct_conv  # noqa: E402
-from export.emit import to_onnx  # noqa: E402
-from export.tactics import MatMulFFTConv  # noqa: E402
-from tests.benchmarks.printed import assert_printed_ratio  # noqa: E402
+from benchmarks.stream_layout import SequenceFirstConv, both_forms, first, main
+from dnarch_deploy.spectral import direct_conv
+from export.emit import to_onnx
+from export.tactics import MatMulFFTConv
+from tests.benchmarks.printed import assert_printed_ratio
 
 
 @pytest.mark.parametrize("length, taps", [(150, 149), (64, 9), (97, 97)])
@@ -47,10 +41,11 @@ def test_the_two_pointwise_layers_differ_and_the_sequence_first_graph_moves_no_d
     assert "MatMul" in kinds and "Transpose" not in kinds
 
 
+@pytest.mark.slow
 def test_a_small_run_prints_both_timings_and_profiles(capsys):
     assert main(["--length", "48", "--channels", "4", "--batch", "1,2", "--repeats", "2"]) == 0
     out = capsys.readouterr().out
-    assert "Command: `python benchmarks/stream_layout.py --length 48" in out
+    assert "Command: `python -m benchmarks.stream_layout --length 48" in out
     gap = float(re.search(r"differ by ([\d.e+-]+) of the largest", out).group(1))
     assert gap < 1e-5
     rows = re.findall(r"^\| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", out, re.M)

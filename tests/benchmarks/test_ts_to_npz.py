@@ -1,15 +1,15 @@
-"""benchmarks/ts_to_npz.py: a .ts pair becomes the npz task's arrays, and the search loads it."""
+"""benchmarks.ts_to_npz: a .ts pair becomes the npz task's arrays, and the search loads it."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "ts_to_npz.py"
+from tests.benchmarks import scripts
+
 HEADER = "@problemName toy\n@timeStamps false\n@univariate true\n@equalLength true\n" \
          "@classLabel true 2 10 7\n@data\n"
 
@@ -20,10 +20,10 @@ def write_ts(path: Path, rows: list[tuple[list[float], str]]) -> Path:
 
 
 def run(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True,
-                          text=True, timeout=120)
+    return scripts.run("ts_to_npz", *args, timeout=120)
 
 
+@pytest.mark.slow
 def test_a_ts_pair_becomes_the_npz_tasks_arrays_with_labels_in_numeric_order(tmp_path):
     train = write_ts(tmp_path / "t_TRAIN.ts", [([1, 2, 3, 4], "10"), ([0, 1, 0, 1], "2"),
                                                 ([5, 5, 5, 5], "7"), ([4, 3, 2, 1], "10")])
@@ -43,6 +43,7 @@ def test_a_ts_pair_becomes_the_npz_tasks_arrays_with_labels_in_numeric_order(tmp
     assert task.spatial == (4,) and task.out_channels == 3
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_error_line_and_nothing_is_overwritten(tmp_path):
     train = write_ts(tmp_path / "a_TRAIN.ts", [([1, 2, 3], "2"), ([3, 2, 1], "7")])
     test = write_ts(tmp_path / "a_TEST.ts", [([1, 2, 3], "10")])

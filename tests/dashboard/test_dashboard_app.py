@@ -87,16 +87,17 @@ def test_missing_directory_is_named(monkeypatch, tmp_path):
 # --- runs ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_runs_table_lists_every_run(monkeypatch, runs_dir):
     at = open_app(monkeypatch, runs_dir)
     table = at.dataframe[0].value.set_index("run")
     assert sorted(table.index) == sorted([DAMAGED, DARCY, GUNPOINT, TRAINING])
     summary = rundir.read_summary(runs_dir / GUNPOINT)
     row = table.loc[GUNPOINT]
-    assert (row["task"], row["learn"], row["metric"]) == ("ucr:GunPoint", summary["learn"],
+    assert (row["task"], row["learn"], row["metric"]) == ("ucr:GunPoint", summary.learn,
                                                           "accuracy")
-    assert row["test metric"] == pytest.approx(summary["test_metric"])
-    assert row["complexity ratio"] == pytest.approx(summary["complexity_ratio"])
+    assert row["test metric"] == pytest.approx(summary.test_metric)
+    assert row["complexity ratio"] == pytest.approx(summary.complexity_ratio)
     assert table.loc[DARCY, "task"] == "darcy"
     assert table.loc[DARCY, "export"] == "not exported"
     assert table.loc[TRAINING, "status"] == "training"
@@ -107,8 +108,7 @@ def test_runs_table_lists_every_run(monkeypatch, runs_dir):
     scatter = charts(at)["Test metric vs complexity ratio"]
     points = {name: (x, y) for t in scatter["data"]
               for name, x, y in zip(decode(t["text"]), decode(t["x"]), decode(t["y"]))}
-    assert points[GUNPOINT] == pytest.approx((summary["complexity_ratio"],
-                                              summary["test_metric"]))
+    assert points[GUNPOINT] == pytest.approx((summary.complexity_ratio, summary.test_metric))
 
 
 def test_runs_exported_status(monkeypatch, runs_dir):
@@ -149,7 +149,7 @@ def test_architecture_1d(monkeypatch, runs_dir):
     assert metric(at, "stream width") == str(arch.stream_width)
     assert metric(at, "depth") == str(arch.depth)
     assert metric(at, "input size") == "150"
-    model = rundir.read_config(runs_dir / GUNPOINT)["model"]
+    model = rundir.read_config(runs_dir / GUNPOINT).model
     vs = compare_with_base(arch, model["depth"], model["width"])
     assert metric(at, "distance from base") == f"{vs['distance']:.2f}"
     figures = charts(at)
@@ -199,6 +199,7 @@ def test_architecture_2d_draws_kernel_rectangles(monkeypatch, runs_dir):
         f"{b.kernel_size[0]}×{b.kernel_size[1]}" for b in arch.blocks]
 
 
+@pytest.mark.slow
 def test_architecture_of_a_training_run_is_its_latest_snapshot(monkeypatch, runs_dir):
     at = open_app(monkeypatch, runs_dir, "Architecture", [TRAINING])
     snapshots = rundir.read_architectures(runs_dir / TRAINING)
@@ -267,7 +268,7 @@ def test_training_curves_match_metrics_file(monkeypatch, runs_dir):
     assert decode(trace(accuracy, "val accuracy (batch statistics)")["y"]) == pytest.approx(
         [r["accuracy"] for r in val])
     assert decode(trace(accuracy, "test accuracy (as shipped)")["y"]) == pytest.approx(
-        [summary["test_metric"]])
+        [summary.test_metric])
     complexity = figures["Complexity ratio vs target"]
     assert decode(trace(complexity, "train complexity_ratio")["y"]) == pytest.approx(
         [r["complexity_ratio"] for r in train])
@@ -275,13 +276,13 @@ def test_training_curves_match_metrics_file(monkeypatch, runs_dir):
     assert (target["y0"], target["y1"]) == (1.0, 1.0)
     assert metric(at, "epoch") == str(train[-1]["epoch"])
     assert metric(at, "val accuracy") == f"{val[-1]['accuracy']:.4g}"
-    assert f"test accuracy {summary['test_metric']:.4g}" in at.success[0].value
-    assert f"{summary['params']:,} parameters" in at.success[0].value
+    assert f"test accuracy {summary.test_metric:.4g}" in at.success[0].value
+    assert f"{summary.params:,} parameters" in at.success[0].value
 
 
 def test_training_dense_task_metric(monkeypatch, runs_dir):
     at = open_app(monkeypatch, runs_dir, "Training", [DARCY])
-    name = rundir.read_summary(runs_dir / DARCY)["metric_name"]
+    name = rundir.read_summary(runs_dir / DARCY).metric_name
     assert f"Task metric: {name}" in titles(at)
 
 

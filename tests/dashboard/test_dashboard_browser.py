@@ -29,6 +29,7 @@ def not_blank(png: Path) -> float:
     return float(pixels.std())
 
 
+@pytest.mark.slow
 def test_switch_run_and_view_in_chromium(runs_dir, tmp_path):
     from playwright.sync_api import expect
 
@@ -61,6 +62,7 @@ def test_switch_run_and_view_in_chromium(runs_dir, tmp_path):
         assert not_blank(png) > 5.0
 
 
+@pytest.mark.slow
 def test_a_training_run_refreshes_itself(runs_dir, tmp_path):
     """A new metrics row of a run still training appears without touching the page."""
     from playwright.sync_api import expect
@@ -82,6 +84,7 @@ def test_a_training_run_refreshes_itself(runs_dir, tmp_path):
                                        timeout=30_000)
 
 
+@pytest.mark.slow
 def test_pareto_point_click_opens_its_architecture(sweep_dir, tmp_path):
     """The Pareto view in Chromium: both families drawn; a click on the base point opens that
     run in the Architecture view."""

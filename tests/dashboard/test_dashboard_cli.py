@@ -6,6 +6,8 @@ import subprocess
 import sys
 import urllib.request
 
+import pytest
+
 from dashboard import server
 
 
@@ -16,6 +18,7 @@ def test_command_binds_localhost_and_passes_runs_dir(tmp_path):
     assert cmd[-3:] == ["--", "--runs", str(tmp_path)]
 
 
+@pytest.mark.slow
 def test_python_m_dashboard_serves_the_app(empty_dir):
     port = server.free_port()
     proc = subprocess.Popen([sys.executable, "-m", "dashboard", str(empty_dir), "--port",

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from dashboard import data
 from dnarch_deploy.sweepdir import read_pareto
 
@@ -16,6 +18,7 @@ from .test_dashboard_app import charts, decode, open_app, trace
 TITLE = "Test accuracy vs onnxruntime latency, batch {}"
 
 
+@pytest.mark.slow  # the sweep fixture trains and exports a whole sweep
 def test_pareto_figure_is_the_sweeps_rows(monkeypatch, sweep_dir):
     pareto = read_pareto(sweep_dir)
     at = open_app(monkeypatch, sweep_dir.parent, view="Pareto")
@@ -38,6 +41,7 @@ def test_pareto_figure_is_the_sweeps_rows(monkeypatch, sweep_dir):
         assert list(table[f"front B={batch}"]) == [r["pareto"][batch] for r in pareto["rows"]]
 
 
+@pytest.mark.slow  # the sweep fixture trains and exports a whole sweep
 def test_choosing_a_model_opens_its_architecture(monkeypatch, sweep_dir):
     at = open_app(monkeypatch, sweep_dir.parent, view="Pareto")
     base = next(r for r in read_pareto(sweep_dir)["rows"] if r["kind"] == "base")
@@ -57,6 +61,7 @@ def test_no_sweep_says_how_to_make_one(monkeypatch, runs_dir):
     assert "python -m search.sweep --task ucr:GunPoint" in at.info[0].value
 
 
+@pytest.mark.slow  # the sweep fixture trains and exports a whole sweep
 def test_damaged_pareto_names_file_and_field(monkeypatch, sweep_dir, tmp_path):
     copy = tmp_path / "sweep"
     shutil.copytree(sweep_dir, copy)
@@ -68,6 +73,7 @@ def test_damaged_pareto_names_file_and_field(monkeypatch, sweep_dir, tmp_path):
     assert "pareto.json: rows[1]: missing field 'ms'" in at.error[0].value
 
 
+@pytest.mark.slow  # the sweep fixture trains and exports a whole sweep
 def test_find_sweeps_and_frame(sweep_dir, tmp_path):
     assert data.find_sweeps(sweep_dir.parent) == [sweep_dir]
     assert data.find_sweeps(tmp_path / "missing") == []

@@ -20,7 +20,6 @@ MODELS = {
     "1d-random": (dict(input_size=(40,)), "random"),
     "2d-dense-extremes": (dict(input_size=(9, 12), dense=True), "extremes"),
     "base-ccnn": (dict(input_size=(16,), learn="none"), "init"),
-    "gelu-output": (dict(input_size=(16,), block_norm="mix", block_output="gelu"), "random"),
 }
 
 
@@ -122,10 +121,6 @@ DAMAGES = {
         _set(["pooling"], ["max"]),
         "field 'pooling' must be null or one of .*, got \\['max'\\]",
     ),
-    "block-output": (
-        _set(["block_output"], "relu"),
-        "field 'block_output' must be one of \\['pointwise', 'gelu'\\], got 'relu'",
-    ),
 }
 
 
@@ -159,7 +154,6 @@ REPLAY_CASES = {
     "2d-dense": dict(input_size=(9, 12), dense=True),
     "tokens": dict(input_size=(16,), vocab_size=11, in_channels=5),
     "learn-KR": dict(input_size=(33,), learn="KR"),
-    "kernel-floor": dict(input_size=(300,), width=3, kernel_floor=0.5),  # 149 of 299 taps
     "learn-WD": dict(input_size=(20,), learn="WD"),
     "base-ccnn": dict(input_size=(16,), learn="none"),
 }
@@ -267,35 +261,3 @@ def test_files_from_before_pooling_was_recorded_read_as_mean_pooling(tmp_path):
         path.write_text(json.dumps(data))
         old = Architecture.load(path)
         assert old.pooling is None and old.decoder_pooling() == expected
-
-
-def test_files_from_before_the_block_output_was_recorded_end_each_block_on_a_mixing(tmp_path):
-    """An architecture.json without ``block_output`` was written when every block ended on its
-    second pointwise mixing; a described "gelu" network says so, and its blocks' n_out is n_mid
-    (the branch's output is the first mixing's)."""
-    data = json.loads(architecture("1d-init").to_json())
-    assert data.pop("block_output") == "pointwise"
-    path = tmp_path / "architecture.json"
-    path.write_text(json.dumps(data))
-    assert Architecture.load(path).second_mixing
-    gelu = architecture("gelu-output")
-    assert gelu.block_output == "gelu" and not gelu.second_mixing
-    assert all(b.n_out == b.n_mid for b in gelu.blocks)
-
-
-def test_a_gelu_architecture_needs_each_blocks_output_as_wide_as_its_mixing(tmp_path):
-    data = json.loads(architecture("gelu-output").to_json())
-    data["blocks"][0]["n_out"] = data["blocks"][0]["n_mid"] + 1
-    with pytest.raises(SchemaError, match=r"field 'blocks\[0\].n_out' must be n_mid \(\d+\) "
-                                          r"with block_output 'gelu', got \d+"):
-        Architecture.from_dict(data)
-
-
-def test_set_masks_refuses_another_block_output():
-    """A described network of one block form does not load into a model of the other (its cost
-    and parameters would be another network's)."""
-    gelu = architecture("gelu-output")
-    model = tiny_model(1, input_size=(16,), block_norm="mix")
-    with pytest.raises(ValueError, match="architecture field 'block_output' is 'gelu'; the model "
-                                         "has 'pointwise'"):
-        set_masks(model, gelu)

@@ -49,6 +49,7 @@ def test_skipped_and_special_fields():
         raise AssertionError("--mode c was accepted")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["search.run", "search.sweep", "search.tasks", "export.onnx",
                                     "export.infer", "export.measure", "export.latency_table"])
 def test_every_command_prints_its_help(module):

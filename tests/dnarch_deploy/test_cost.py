@@ -11,12 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dnarch_deploy import base_cost, complexity_loss, describe, model_cost, spectral
 from dnarch_deploy import masks as M
-from dnarch_deploy.cost import (
-    architecture_cost,
-    architecture_params,
-    limit_loss,
-    model_params,
-)
+from dnarch_deploy.cost import architecture_cost
 from dnarch_deploy.operators import (
     cheapest_resample,
     conv_by_cost,
@@ -24,6 +19,7 @@ from dnarch_deploy.operators import (
     depthwise_channels,
     resample_macs,
 )
+from dnarch_deploy.params import architecture_params, limit_loss, model_params
 
 from .helpers import set_mask_state, tiny_config, tiny_model
 
@@ -34,8 +30,6 @@ CONFIGS = {
     "2d-dense": dict(input_size=(8, 7), dense=True),
     "tokens": dict(input_size=(16,), vocab_size=11, in_channels=5),
     "1d-mean-pool": dict(input_size=(17,), pool="avg"),
-    "1d-gelu-output": dict(input_size=(17,), block_norm="mix", block_output="gelu"),
-    "2d-gelu-output": dict(input_size=(9, 12), block_norm="mix", block_output="gelu"),
 }
 LEARN = ["KRWD", "none", "K", "R", "W", "D", "KWD"]
 
@@ -43,9 +37,8 @@ LEARN = ["KRWD", "none", "K", "R", "W", "D", "KWD"]
 def closed_form_base_cost(c, conv_taps=None, period=None) -> float:
     """CCNN_{D,H} written out by hand as export deploys it: encoder (linear with the norm folded,
     none for tokens; GELU), D blocks (the depthwise convolution at the tactic export picks by
-    cost, two H x H pointwise layers (one with block_output "gelu"), the first one's
-    per-position bias, GELU, residual; the norm
-    folded; no Slice or Concat, every block as wide as the stream), decoder (each pooling
+    cost, two H x H pointwise layers, the first one's per-position bias, GELU, residual; the
+    norm folded; no Slice or Concat, every block as wide as the stream), decoder (each pooling
     -- mean, and max with pool "avgmax" -- over L H values, and a linear on their H outputs each;
     or a linear per position). ``conv_taps``: the deployed kernel's taps (default the global
     kernel's, K_max = S or S - 1 made odd); ``period``: the circular lengths it runs at."""
@@ -53,8 +46,7 @@ def closed_form_base_cost(c, conv_taps=None, period=None) -> float:
     taps = conv_taps or tuple(s if s % 2 else s - 1 for s in c.input_size)
     tactic = conv_by_cost(H, tuple(c.input_size), taps, period)
     encoder = L * (0 if c.vocab_size else c.in_channels) * H + L * H
-    mixings = 2 if c.block_output == "pointwise" else 1
-    block = conv_macs(tactic, H, tuple(c.input_size), taps, period) + mixings * L * H * H
+    block = conv_macs(tactic, H, tuple(c.input_size), taps, period) + 2 * L * H * H
     block += 3 * L * H
     pools = {"avg": 1, "avgmax": 2}[c.pool]
     decoder = L * H * c.out_channels if c.dense else pools * (L * H + H * c.out_channels)
@@ -133,7 +125,7 @@ def test_mac_units_skip_the_per_kind_pass_with_the_same_cost_and_gradients(case,
 def test_a_block_narrower_than_the_stream_pays_for_its_slices_and_concat():
     """A block reading n_in < stream channels Slices them (n_in L elements); one writing n_out <
     stream adds to a Slice and Concats the rest back (the stream's L C elements copied)."""
-    from dnarch_deploy.operators import block_operators
+    from dnarch_deploy.block_ops import block_operators
 
     L, args = 20, ((20,), (20,), 8, 10, 8, (3,), (False,))
     full = block_operators(*args, stream=8)  # as wide as the stream: no Slice, no Concat
@@ -151,7 +143,7 @@ def test_a_direct_convolution_reads_its_zero_channels_from_the_stream(n_in, stre
     """The direct tactic runs n_in channels at the next multiple of 4 with zero filters: the
     block reads that many stream channels, or all there are (no read Slice), resamples them, and
     its first linear map has a column for each (export's StaticBlock.read_wider)."""
-    from dnarch_deploy.operators import block_operators
+    from dnarch_deploy.block_ops import block_operators
 
     L, n_mid, r = 20, 10, 10
     ops = block_operators((L,), (r,), n_in, n_mid, 4, (3,), (True,), stream=stream)
@@ -213,8 +205,7 @@ def linear_terms(cost: dict, config) -> float:
     """The cost's linear terms; with tokens plus the training model's encoder linear map, which
     the deployed network folds into its look-up table (priced 0 there)."""
     terms = cost["blocks"]
-    linear2 = terms.get("linear2", 0.0)  # none with block_output "gelu"
-    blocks = (cost["block_weights"] * (terms["linear1"] + linear2)).sum()
+    blocks = (cost["block_weights"] * (terms["linear1"] + terms["linear2"])).sum()
     tokens = math.prod(config.input_size) * config.in_channels * config.width
     return float(cost["encoder"]["linear"] + blocks + cost["decoder"]["linear"]
                  + (tokens if config.vocab_size else 0))
@@ -266,9 +257,7 @@ def test_cost_functions_at_the_materialised_sizes_match_flop_counter(case, seed,
     expected += decoder_cost(L, plan.stream, c.out_channels, c.pooling)["linear"]
     for p in plan.blocks:
         r = math.prod(p.resolution)
-        expected += linear_cost(r, p.n_in, p.n_mid)
-        if c.second_mixing:
-            expected += linear_cost(r, p.n_mid, p.n_out)
+        expected += linear_cost(r, p.n_in, p.n_mid) + linear_cost(r, p.n_mid, p.n_out)
     total, kernel_net = counted_macs(model, torch.randn(1, c.in_channels, *c.input_size))
     assert any(p.resolution != c.input_size for p in plan.blocks)  # a cropped block is covered
     assert total - kernel_net == pytest.approx(expected, rel=1e-9)

@@ -1,5 +1,6 @@
-"""The library sits below the applications: nothing in dnarch_deploy imports search, export or
-dashboard, not even lazily inside a function."""
+"""The import floors: dnarch_deploy < export < search, the dashboard on the library alone. Nothing
+imports back into a module that imports it: no cycle among the project's modules, lazy imports
+inside functions included (imports under ``if TYPE_CHECKING:`` are not run, and do not count)."""
 
 from __future__ import annotations
 
@@ -60,13 +61,98 @@ def test_run_fields_are_typed_by_the_library():
     assert hints["task"] == Task | None
 
 
-def test_no_application_imports_another():
-    """search, export and dashboard meet only in the library and the run directory."""
+# what each application may import of the others (the library is below them all)
+ALLOWED = {"search": {"export"}, "export": set(), "dashboard": set()}
+PACKAGES = ("dnarch_deploy", *APPLICATIONS)
+
+
+def test_applications_import_only_what_is_below_them():
+    """search may call export's functions in-process (to time the network its masks describe);
+    export never imports search; the dashboard reads files, and nothing imports it."""
     root = LIBRARY.parent
     offenders = {}
     for app in APPLICATIONS:
         for f in sorted((root / app).rglob("*.py")):
-            others = imported_packages(f) & (set(APPLICATIONS) - {app})
+            others = imported_packages(f) & (set(APPLICATIONS) - {app} - ALLOWED[app])
             if others:
                 offenders[str(f.relative_to(root))] = sorted(others)
     assert offenders == {}
+
+
+def module_graph() -> dict[str, set[str]]:
+    """{module: the project's modules it imports anywhere}, relative imports resolved, a package
+    counted by its __init__ and ``from pkg import submodule`` as the submodule."""
+    root = LIBRARY.parent
+    files = {}
+    for pkg in PACKAGES:
+        for f in (root / pkg).rglob("*.py"):
+            parts = list(f.relative_to(root).with_suffix("").parts)
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+
+    def owner(name: str) -> str | None:  # the module a dotted name lives in
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, f in files.items():
+        tree = ast.parse(f.read_text())
+        skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and "TYPE_CHECKING" in ast.unparse(node.test)
+                   for child in node.body for n in ast.walk(child)}
+        package = name if f.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            if isinstance(node, ast.Import):
+                targets.update(owner(a.name) for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = package
+                for _ in range(max(node.level - 1, 0)):
+                    base = base.rpartition(".")[0]
+                module = (f"{base}.{node.module}" if node.module else base) if node.level \
+                    else node.module
+                targets.update(owner(f"{module}.{a.name}") if f"{module}.{a.name}" in files
+                               else owner(module) for a in node.names)
+        graph[name] = targets - {None, name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_among_the_projects_modules():
+    graph = module_graph()
+    assert len(graph) > 60 and "export.lowering" in graph["export.policy"]  # the graph is real
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_lazy_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

@@ -9,7 +9,7 @@ import torch
 
 from dnarch_deploy import masks as M
 
-from .helpers import mask_ranges, tiny_config, tiny_model
+from .helpers import mask_ranges, tiny_model
 
 F64 = torch.float64
 LN9, LN19 = math.log(9.0), math.log(19.0)
@@ -206,38 +206,15 @@ def test_clamp_masks_restores_the_ranges_after_a_wild_update():
     assert all(min(b.resolution) >= 1 for b in plan.blocks)
 
 
-@pytest.mark.parametrize("floor", [0.125, 0.3, 0.5])
-def test_the_kernel_floor_is_that_share_of_the_longest_kernel(floor):
-    """At sigma_min the support holds 2 floor(floor x k_max / 2) + 1 taps (3 at least, k_max at
-    most); the initial kernel's sigma is never under it."""
-    for k_max in range(3, 1600, 2):
-        lo, hi = M.gaussian_sigma_range(k_max, floor=floor)
-        step = 2.0 / (k_max - 1)
-        taps = torch.arange(-(k_max // 2), k_max // 2 + 1) * step
-        expected = min(max(3, 2 * math.floor(k_max * floor / 2) + 1), k_max)
-        assert int((M.gaussian_mask(taps, torch.tensor(lo)) > 0).sum()) == expected, k_max
-        assert int((M.gaussian_mask(taps, torch.tensor(hi)) > 0).sum()) == k_max  # still global
-        assert M.sigma_for_kernel(3, k_max, floor=floor) == lo
-    assert 2 * M.floor_half_taps(251, 0.125) + 1 == 31  # ArrowHead's shortest kernel
-    assert 2 * M.floor_half_taps(427, 1 / 16) + 1 == 27  # 26.7 taps asked: 27
-    assert 2 * M.floor_half_taps(1459, 0.125) + 1 == 183  # 182.4 taps asked: 183
-    assert M.floor_half_taps(31, 0.125) == 1  # axes of up to 32 samples keep 3 taps
-
-
-def test_clamp_masks_holds_kernels_at_the_floor():
-    """A wild update towards tiny kernels ends at the floor: 7 of 63 taps at 1/8, 3 without."""
-    for floor, taps in ((0.125, 7), (0.0, 3)):
-        model = tiny_model(learn="K", input_size=(64,), kernel_floor=floor)
-        with torch.no_grad():
-            model.mask_sigma.fill_(-1e3)
-        model.clamp_masks_()
-        assert {b.kernel_size for b in model.plan().blocks} == {(taps,)}
-
-
-def test_a_kernel_floor_outside_0_to_half_is_refused():
-    for bad in (-0.1, 0.6):
-        with pytest.raises(ValueError, match=r"kernel_floor must be in \[0, 0.5\]"):
-            tiny_config(kernel_floor=bad)
+def test_clamp_masks_holds_kernels_at_three_taps():
+    """A wild update towards tiny kernels ends at the shortest kernel allowed: 3 of 63 taps, and
+    sigma_for_kernel below it gives sigma_min."""
+    model = tiny_model(learn="K", input_size=(64,))
+    with torch.no_grad():
+        model.mask_sigma.fill_(-1e3)
+    model.clamp_masks_()
+    assert {b.kernel_size for b in model.plan().blocks} == {(3,)}
+    assert M.sigma_for_kernel(1, 63) == M.gaussian_sigma_range(63)[0]
 
 
 def test_sigma_for_kernel_holds_exactly_that_many_taps():

@@ -9,9 +9,12 @@ import pytest
 import torch
 
 from dnarch_deploy import DNArch, ModelConfig, base_cost, complexity_loss, model_cost
+from dnarch_deploy import crop as crop_module
+from dnarch_deploy import fold as fold_module
 from dnarch_deploy import masks as M
 from dnarch_deploy import model as model_module
-from dnarch_deploy.model import Block, BlockPlan
+from dnarch_deploy.model import Block
+from dnarch_deploy.plan import BlockPlan
 from dnarch_deploy.spectral import frequency_positions
 
 from .helpers import relative_error, set_mask_state, tiny_config, tiny_model
@@ -31,11 +34,6 @@ CASES = {
     "learn-D": dict(learn="D"),
     "learn-KWD": dict(learn="KWD", input_size=(12,)),
     "learn-R-2d": dict(learn="R", input_size=(9, 12)),
-    "norm-after-mixing": dict(block_norm="mix", input_size=(20,)),
-    "norm-after-mixing-2d-dense": dict(block_norm="mix", input_size=(8, 9), dense=True),
-    "gelu-output": dict(block_norm="mix", block_output="gelu", input_size=(20,)),
-    "gelu-output-2d-dense": dict(block_norm="mix", block_output="gelu", input_size=(8, 9),
-                                 dense=True),
 }
 STATES = ["init", "min", "max", "extremes", "random"]
 
@@ -55,6 +53,7 @@ def grads(model: DNArch, out: torch.Tensor, weight: torch.Tensor) -> dict[str, t
     return {n: torch.zeros_like(p) if d is None else d for n, p, d in zip(names, params, g)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("state", STATES)
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_support_only_equals_full_masked_network(case, state):
@@ -174,13 +173,12 @@ def test_gradients_reach_every_mask_parameter(case, loss):
         assert g.isfinite().all() and (g != 0).all(), (name, g)
 
 
-@pytest.mark.parametrize("mix", [False, True], ids=["norm-n_in", "norm-n_mid"])
 @pytest.mark.parametrize("depth", [False, True], ids=["no-depth-mask", "depth-mask"])
 @pytest.mark.parametrize("sizes", [(4, 5, 3), (6, 6, 6), (1, 2, 6)], ids=str)
-def test_width_mask_fold_is_slice_and_product_with_exact_gradients(sizes, depth, mix):
+def test_width_mask_fold_is_slice_and_product_with_exact_gradients(sizes, depth):
     """The one-node fold of a block's width masks (and depth weight) into its parameters computes
     the plain slices and products, and its hand-written backward passes gradcheck (float64,
-    every input). ``mix``: the block's norm after the first mixing (n_mid channels)."""
+    every input)."""
     n_in, n_mid, n_out = sizes
     g = torch.Generator().manual_seed(sum(sizes))
 
@@ -191,23 +189,18 @@ def test_width_mask_fold_is_slice_and_product_with_exact_gradients(sizes, depth,
     params = [rand(H), rand(H), rand(H, H), rand(H), rand(H, H), rand(H)]
     masks = rand(3, H)
     weight = rand(()) if depth else None
-    folded = model_module._FoldWidthMasks.apply(*params, masks, weight, sizes, mix)
+    folded = fold_module.FoldWidthMasks.apply(*params, masks, weight, sizes)
     norm_w, norm_b, w1, b1, w2, b2 = params
     m_in, m_mid, m_out = masks[0, :n_in], masks[1, :n_mid], masks[2, :n_out]
     if depth:
         m_out = m_out * weight
-    if mix:
-        plain = (norm_w[:n_mid] * m_mid, norm_b[:n_mid] * m_mid, w1[:n_mid, :n_in] * m_in,
-                 b1[:n_mid])
-    else:
-        plain = (norm_w[:n_in] * m_in, norm_b[:n_in] * m_in, w1[:n_mid, :n_in] * m_mid[:, None],
-                 b1[:n_mid] * m_mid)
-    plain = (*plain, w2[:n_out, :n_mid] * m_out[:, None], b2[:n_out] * m_out)
+    plain = (norm_w[:n_in] * m_in, norm_b[:n_in] * m_in, w1[:n_mid, :n_in] * m_mid[:, None],
+             b1[:n_mid] * m_mid, w2[:n_out, :n_mid] * m_out[:, None], b2[:n_out] * m_out)
     for a, b in zip(folded, plain, strict=True):
         assert torch.equal(a, b)
     inputs = (*params, masks, weight)
     assert torch.autograd.gradcheck(
-        lambda *t: model_module._FoldWidthMasks.apply(*t, sizes, mix), inputs)
+        lambda *t: fold_module.FoldWidthMasks.apply(*t, sizes), inputs)
 
 
 @pytest.mark.parametrize("case", [dict(input_size=(150,)), dict(input_size=(7, 8), dense=True)])
@@ -232,47 +225,25 @@ def test_resolution_mask_is_in_the_loss_before_it_crops(case):
     assert (g != 0).all()
 
 
-@pytest.mark.parametrize("learn, initial_kernel, size, expected", [
-    ("KRWD", 149, (1460,), (149,)),  # a long axis starts local
-    ("KRWD", 149, (150,), (149,)),  # up to initial_kernel taps: global, as before
-    ("KRWD", 149, (100,), (99,)),
-    ("K", 149, (28, 300), (27, 149)),  # per axis
-    ("KRWD", 0, (1460,), (1459,)),  # 0: global everywhere
-    ("RWD", 149, (1460,), (1459,)),  # kernel size not learned: global (the base CCNN's)
-    ("none", 149, (1460,), (1459,)),
+@pytest.mark.parametrize("learn, size, expected", [
+    ("KRWD", (1460,), (1459,)),  # a long axis starts global too
+    ("KRWD", (100,), (99,)),
+    ("K", (28, 300), (27, 299)),  # per axis
+    ("RWD", (1460,), (1459,)),  # kernel size not learned: global (the base CCNN's)
+    ("none", (1460,), (1459,)),
 ])
-def test_initial_kernel_is_global_up_to_initial_kernel_taps(learn, initial_kernel, size, expected):
-    """The first plan's kernels have initial_kernel_size taps, and the kernel gain gives them
-    unit-order output variance: 1 / sqrt(taps)."""
+def test_kernels_start_global(learn, size, expected):
+    """The first plan's kernels span the input (max_kernel taps per axis), and the kernel gain
+    gives them unit-order output variance: 1 / sqrt(taps)."""
     config = ModelConfig(in_channels=1, out_channels=2, input_size=size, depth=2, width=4,
-                         learn=learn, initial_kernel=initial_kernel)
-    assert config.initial_kernel_size == expected
+                         learn=learn)
+    assert config.max_kernel == expected
     model = DNArch(config)
     with torch.no_grad():
         plan = model.plan()
     for block in plan.blocks:
         assert tuple(2 * h + 1 for h in block.half_taps) == expected
     assert model.kernel_gain == pytest.approx(1.0 / math.prod(expected) ** 0.5)
-
-
-def test_an_initial_kernel_under_the_kernel_floor_starts_at_the_floor():
-    """initial_kernel 149 on 1460 samples with a floor of 1/8: kernels start at 183 taps, the
-    shortest the clamp allows, and the gain follows them."""
-    config = ModelConfig(in_channels=1, out_channels=2, input_size=(1460,), depth=2, width=4,
-                         initial_kernel=149, kernel_floor=0.125)
-    assert config.initial_kernel_size == (183,)
-    model = DNArch(config)
-    with torch.no_grad():
-        half = {b.half_taps for b in model.plan().blocks}
-        model.clamp_masks_()
-        assert {b.half_taps for b in model.plan().blocks} == half == {(91,)}
-    assert model.kernel_gain == pytest.approx(183 ** -0.5)
-
-
-@pytest.mark.parametrize("value", [-1, 1, 2, 148])
-def test_initial_kernel_must_be_zero_or_odd(value):
-    with pytest.raises(ValueError, match=f"initial_kernel must be 0 .* got {value}"):
-        ModelConfig(in_channels=1, out_channels=2, input_size=(16,), initial_kernel=value)
 
 
 def test_blocks_outside_the_depth_support_get_no_gradient():
@@ -339,12 +310,8 @@ def test_output_shape_and_forward_changes_no_state(case):
         assert torch.equal(v, before[k]), k
 
 
-def test_kernel_energy_is_the_mean_squared_norm_per_channel_summed_over_blocks():
-    """kernel_energy: per block the channels' squared norms averaged, the blocks summed; and
-    run() with the plan's kernels given is run() computing them."""
-    kernels = [torch.tensor([[3.0, 4.0], [0.0, 1.0]]), torch.full((3, 2, 2), 0.5)]
-    assert float(model_module.kernel_energy(kernels)) == pytest.approx((25 + 1) / 2 + 1.0)
-    assert float(model_module.kernel_energy([])) == 0.0  # no block runs
+def test_run_with_the_plans_kernels_given_is_run_computing_them():
+    """run() with the plan's kernels given is run() computing them; the given ones are used."""
     model = tiny_model(0, learn="KRWD")
     x, plan = inputs(model), model.plan()
     given = model.kernels(plan)
@@ -376,10 +343,7 @@ def test_base_ccnn_has_no_masks():
         (dict(in_channels=0), "in_channels must be >= 1, got 0"),
         (dict(dropout=1.0), "dropout must be in .*got 1.0"),
         (dict(input_norm="minmax"), "input_norm must be one of .*got 'minmax'"),
-        (dict(block_norm="kernel"), "block_norm must be one of .*got 'kernel'"),
-        (dict(block_output="relu"), "block_output must be one of .*got 'relu'"),
-        (dict(block_output="gelu"), "block_output 'gelu' needs block_norm 'mix' .*got "
-                                    "block_norm 'input'"),
+        (dict(tau_width=0.0), "tau_width must be > 0, got 0.0"),
     ],
 )
 def test_config_errors_name_the_value(kwargs, message):
@@ -466,7 +430,7 @@ def test_the_global_decoder_reads_the_mean_and_the_maximum(pool):
 
 
 def test_pool_must_be_known():
-    with pytest.raises(ValueError, match="pool must be one of \\('avg', 'avgmax'\\), got 'max'"):
+    with pytest.raises(ValueError, match="pool must be one of avg, avgmax, got 'max'"):
         ModelConfig(in_channels=1, out_channels=2, input_size=(16,), pool="max")
     dense = ModelConfig(in_channels=1, out_channels=2, input_size=(16,), dense=True)
     assert dense.pooling == ()  # a dense decoder pools nothing
@@ -501,18 +465,18 @@ def test_the_crop_limit_is_the_largest_resolution_whose_crop_costs_less(size):
     larger resolution a mask can give it costs at least as much."""
     from dnarch_deploy.spectral import resolution_for_bins
 
-    full = model_module.block_macs(size, size, 4)
+    full = crop_module.block_macs(size, size, 4)
     # the initial network's blocks, as the cost model and export price them
     from dnarch_deploy import describe
     from dnarch_deploy.cost import layer_costs
     initial = describe(tiny_model(0, input_size=size, width=4, learn="R"))
     assert layer_costs(initial)["blocks.0"] == pytest.approx(full, rel=1e-12)
     for axis, n in enumerate(size):
-        limit = model_module.crop_limit(size, axis, 4)
+        limit = crop_module.crop_limit(size, axis, 4)
         assert 0 < limit < n
         if len(size) == 1:  # its two dense resamplings outweigh what a first crop saves
             assert limit < n - 1
-        cost = {r: model_module.block_macs(size, size[:axis] + (r,) + size[axis + 1:], 4)
+        cost = {r: crop_module.block_macs(size, size[:axis] + (r,) + size[axis + 1:], 4)
                 for r in {resolution_for_bins(k, n) for k in range(1, n // 2 + 1)} - {n}}
         assert cost[limit] < full
         assert all(c >= full for r, c in cost.items() if r > limit)
@@ -528,7 +492,7 @@ def test_crop_pays_computes_at_full_resolution_until_a_crop_costs_less():
     from dnarch_deploy.cost import architecture_cost
 
     size = (150,)
-    limit = model_module.crop_limit(size, 0, 4)
+    limit = crop_module.crop_limit(size, 0, 4)
     for share, crops in ((0.8, False), (0.5 * limit / 150, True)):
         costs = {}
         for rule in ("bin", "pays"):
@@ -557,21 +521,3 @@ def test_crop_pays_computes_at_full_resolution_until_a_crop_costs_less():
 def test_an_unknown_crop_rule_is_refused():
     with pytest.raises(ValueError, match="crop must be one of"):
         tiny_config(crop="sometimes")
-
-
-@pytest.mark.parametrize("block_norm", ["input", "mix"])
-def test_the_norm_after_the_mixing_takes_out_the_kernels_scale(block_norm):
-    """block_norm="mix": the BatchNorm normalises the first mixing's output, linear in the
-    convolution's, so a block's branch (batch statistics) does not change when its kernel is
-    scaled: the kernel network's output has no fixed gain. With the paper's pre-norm ("input")
-    the scale goes through.
-    (Scaled up: the initial kernels give outputs of variance ~3e-4, near the norm's eps.)"""
-    model = tiny_model(learn="none", block_norm=block_norm).train()
-    plan = model.plan()
-    p, kernel = plan.blocks[0], model.kernels(plan)[0]
-    x = torch.randn(8, plan.stream, 17, dtype=torch.float64)
-    block = model.blocks[p.index]
-    with torch.no_grad():
-        one, three = block(x, p, 100 * kernel) - x, block(x, p, 300 * kernel) - x
-    error = relative_error(three, one)
-    assert error < 1e-4 if block_norm == "mix" else error > 0.5

@@ -82,33 +82,39 @@ def _task(y_test):
                            y_val=y, x_test=x, y_test=np.asarray(y_test))
 
 
+def _config(data: dict | None) -> R.Config:
+    return R.Config(schema=R.RUN_SCHEMA, version=R.RUN_VERSION, task="npz:d.npz", seed=0,
+                    model={}, train={}, data=data)
+
+
 def test_data_fingerprint_and_check():
     task = _task([0, 1, 0, 1])
-    config = {"data": R.data_fingerprint(task)}
+    config = _config(R.data_fingerprint(task))
     R.check_data("run", config, task, "--allow-data-change")  # unchanged: passes
-    R.check_data("run", {}, _task([1, 1, 1, 1]), "--x")  # old runs record nothing: not checked
+    R.check_data("run", _config(None), _task([1, 1, 1, 1]), "--x")  # old runs: not checked
     with pytest.raises(R.RunError, match=r"changed.*run/config.json.*--allow-data-change"):
         R.check_data("run", config, _task([1, 1, 1, 1]), "--allow-data-change")
 
 
 def test_a_config_from_before_a_model_field_reads_as_it_trained(tmp_path):
-    """config.json records every model field; one written before initial_kernel, sample_floor,
-    pool, block_norm and kernel_floor existed gets the values those runs trained with, so they
-    load and export as trained."""
+    """config.json records every model field; one written before sample_floor and pool existed
+    gets the values those runs trained with, so they load and export as trained."""
     config = ModelConfig(in_channels=1, out_channels=2, input_size=(400,), depth=1, width=4,
                          input_norm="sample")
     model = config.to_dict()
-    del model["initial_kernel"], model["sample_floor"], model["pool"], model["block_norm"]
-    del model["kernel_floor"]
+    del model["sample_floor"], model["pool"]
     record = {"schema": R.RUN_SCHEMA, "version": R.RUN_VERSION, "task": "t", "seed": 0,
               "model": model, "train": {}}
     atomic_write_text(tmp_path / R.CONFIG, json.dumps(record))
-    read = ModelConfig(**R.read_config(tmp_path)["model"])
-    assert read.initial_kernel == 0 and read.sample_floor == 1e-3
+    read_config = R.read_config(tmp_path)
+    read = ModelConfig(**read_config.model)
+    assert read.sample_floor == 1e-3
     assert read.pooling == ("mean",) and not hasattr(DNArch(read), "dec_w_max")
-    assert read.initial_kernel_size == (399,)
-    assert read.kernel_floor == 0.0 and read.kernel_sigma_range(0) == M.gaussian_sigma_range(399)
-    assert read.block_norm == "input" and DNArch(read).blocks[0].norm_at == "input"
+    assert read.kernel_sigma_range(0) == M.gaussian_sigma_range(399)
     assert float(DNArch(read).sample_eps()) == pytest.approx(1e-6)
-    fresh = ModelConfig(**{**model, "initial_kernel": 149})
-    assert fresh.initial_kernel_size == (149,) and fresh.sample_floor == 1e-6
+    assert read_config.train["pool"] == "avg" and read_config.train["base_ms"] == []
+    # the top-level fields recorded since read as None, and are not written back
+    assert read_config.in_effect is None and read_config.trained_with() == read_config.train
+    assert set(read_config.to_dict()) == set(record)
+    fresh = ModelConfig(**model)
+    assert fresh.sample_floor == 1e-6 and fresh.pool == "avgmax"

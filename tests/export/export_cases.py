@@ -26,14 +26,9 @@ def random_config(rng: random.Random, sample_norm: bool = False, long: bool = Fa
     mean = [rng.uniform(-2, 2) for _ in range(cin)] if not tokens else []
     std = [rng.uniform(0.5, 3) for _ in range(cin)] if not tokens else []
     norm = "sample" if sample_norm and not tokens else "dataset"
-    # a local initial kernel (its gain and sigma) in a third of the 1-D cases; derived from
-    # the length, not drawn, so that the random stream (and the cases) stay as they were
-    initial_kernel = 5 if not two_d and length % 3 == 0 else 0
-    pool = "avg" if sum(size) % 2 else "avgmax"  # both decoders, also not drawn
-    # both places of the blocks' norm, also not drawn
-    block_norm = ("input", "mix")[(sum(size) + cin) % 2]
-    # and, after the mixing, half the blocks ending on the GELU (no second mixing)
-    block_output = "gelu" if block_norm == "mix" and sum(size) // 2 % 2 else "pointwise"
+    # both decoders; derived from the size, not drawn, so that the random stream (and the
+    # cases) stay as they were
+    pool = "avg" if sum(size) % 2 else "avgmax"
     return ModelConfig(
         in_channels=cin,
         out_channels=out,
@@ -45,10 +40,7 @@ def random_config(rng: random.Random, sample_norm: bool = False, long: bool = Fa
         learn=learn,
         kernel_hidden=16,
         kernel_layers=2,
-        initial_kernel=initial_kernel,
         pool=pool,
-        block_norm=block_norm,
-        block_output=block_output,
         input_norm=norm,
         input_mean=mean,
         input_std=std,

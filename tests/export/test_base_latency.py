@@ -19,6 +19,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_the_untrained_export_computes_what_the_model_computes(case):
     """The graph timed is the calibrated network as export ships it: onnxruntime agrees with
@@ -33,6 +34,7 @@ def test_the_untrained_export_computes_what_the_model_computes(case):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_base_is_timed_at_each_batch_without_touching_the_seeded_generator():
     """One figure per batch, in order, the larger batch the longer, measured and in the table's
     time alike; the search's torch seed draws the same numbers after the measurement as
@@ -50,6 +52,7 @@ def test_the_base_is_timed_at_each_batch_without_touching_the_seeded_generator()
     assert torch.equal(torch.rand(4), expected)
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_base_milliseconds_and_refuses_a_bad_config():
     """``python -m export.base_latency``, as search.run runs it (here against the base's own
     points, ``--probe base``): one JSON line with a time per batch, in the table's time and as
@@ -89,7 +92,8 @@ def test_the_machine_speed_is_the_probe_times_over_the_tables():
     cost) are speed 1; against a table measured twice as slow, 0.5; three times the tabled time,
     3. The probe cases are points the table measured (no interpolation in between)."""
     from dnarch_deploy.latency import load_table
-    from export.latency_table import macs, point_shape, speed_against, speed_probe_cases
+    from export.base_latency import speed_against, speed_probe_cases
+    from export.latency_table import macs, point_shape
 
     table = load_table()
     measured = {(k, p.shape) for b in (1, 32) for k, ps in table.points[b].items() for p in ps}
@@ -103,6 +107,7 @@ def test_the_machine_speed_is_the_probe_times_over_the_tables():
     assert speed_against(table, thrice) == pytest.approx({1: 3.0, 32: 3.0}, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_the_base_in_table_time_divides_each_round_by_its_speed(monkeypatch):
     """base_in_table_time times the probe and the base in turns: a round that ran 2x slow
     measures the base 2x long and counts the same time in the table's; each figure is the median
@@ -134,7 +139,8 @@ def test_weighted_probe_speed_is_the_share_weighted_mean_of_the_ratios():
     0.75 and 0.25, are speed 0.75 * 1 + 0.25 * 3 = 1.5 (the network they stand for, slowed
     operator by operator)."""
     from dnarch_deploy.latency import load_table
-    from export.latency_table import macs, point_shape, speed_against, speed_probe_cases
+    from export.base_latency import speed_against, speed_probe_cases
+    from export.latency_table import macs, point_shape
 
     table = load_table()
     cases = speed_probe_cases()[:2]
@@ -145,12 +151,14 @@ def test_weighted_probe_speed_is_the_share_weighted_mean_of_the_ratios():
     assert speed_against(table, times, cases) == pytest.approx({1: 2.0}, rel=1e-9)  # median
 
 
+@pytest.mark.slow
 def test_nearest_cases_finds_an_operators_own_point_and_sums_shares():
     """An operator that is a measured grid point maps to that point; two operators nearest the
     same point add their shares; an operator of a kind the table lacks is left out; at most
     ``most`` cases, the largest shares first."""
     from dnarch_deploy.latency import load_table
-    from export.latency_table import Case, macs, nearest_cases, point_shape
+    from export.base_latency import nearest_cases
+    from export.latency_table import Case, macs, point_shape
 
     table = load_table()
     conv = Case("conv.direct", 32, (256,), taps=(9,))
@@ -166,6 +174,7 @@ def test_nearest_cases_finds_an_operators_own_point_and_sums_shares():
     assert nearest_cases(ops, table, [1, 32], most=1) == got[:1]
 
 
+@pytest.mark.slow
 def test_the_base_probe_stands_for_the_bases_operators():
     """base_probe: the points nearest the base's operators, of the kinds the cost model prices
     it with, weighted by their share of its predicted time (averaged over the batches): all but
@@ -216,6 +225,7 @@ def test_the_found_network_probe_is_its_measured_over_its_predicted_time(monkeyp
         B.base_in_table_time(model.config, [1], table, found=model)
 
 
+@pytest.mark.slow
 def test_the_command_times_the_found_network_from_its_weights(tmp_path):
     """``--probe found --weights FILE``, as a search's latency check runs it: one JSON line; the
     weights are needed and must load (a damaged file: one error naming it, exit 2)."""

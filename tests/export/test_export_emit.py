@@ -13,6 +13,7 @@ from torch.onnx._internal._lazy_import import onnxscript_apis
 from export import emit
 
 
+@pytest.mark.slow
 def test_the_op_list_is_built_once_and_writes_the_same_model_byte_for_byte(monkeypatch):
     if not hasattr(onnxscript_apis, "_name"):
         pytest.skip("torch's exporter no longer reaches onnxscript this way: nothing is cached")

@@ -43,6 +43,7 @@ def one_message(err: str, *needles: str) -> None:
 # --- case 5: a checkpoint that does not match config.json ----------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("section", "key", "value"), [
     ("model", "width", 6),  # an edited width
     ("model", "out_channels", 5),  # the config of a 5-class task
@@ -61,6 +62,7 @@ def test_export_of_a_checkpoint_that_does_not_fit_config(run_copy, section, key,
 # --- case 6: export refuses data other than those the run was trained on -------------------------
 
 
+@pytest.mark.slow
 def test_export_refuses_changed_data_unless_allowed(tmp_path, capsys):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((40, 1, 16)).astype(np.float32)

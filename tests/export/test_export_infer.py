@@ -77,8 +77,36 @@ def test_the_reported_test_metric_is_the_exported_networks(exported_run):
     accuracy = float((logits.argmax(-1) == labels.numpy()).mean())
     loss = float(torch.nn.functional.cross_entropy(torch.as_tensor(logits), labels))
     summary = R.read_summary(exported_run)
-    assert summary["test_metric"] == pytest.approx(accuracy, abs=1e-12)
+    assert summary.test_metric == pytest.approx(accuracy, abs=1e-12)
     # float32 rounding apart; the batch-statistics loss of this barely trained network differs
     # by about 1e-5
-    assert summary["test_loss"] == pytest.approx(loss, rel=1e-6)
-    assert summary["test_loss_batch_statistics"] != pytest.approx(loss, rel=1e-6)
+    assert summary.test_loss == pytest.approx(loss, rel=1e-6)
+    assert summary.test_loss_batch_statistics != pytest.approx(loss, rel=1e-6)
+
+
+@pytest.mark.parametrize("damage, field", [
+    (lambda r: r.pop("backends"), "missing field 'backends'"),
+    (lambda r: r["backends"]["tensorrt"].update(compatible="yes"),
+     "field 'backends.tensorrt.compatible' must be true or false"),
+    (lambda r: r["backends"].pop("tensorrt"), "missing field 'backends.tensorrt'"),
+])
+def test_tensorrt_refuses_a_damaged_report_in_one_line(exported_run, tmp_path, capsys,
+                                                        monkeypatch, damage, field):
+    """--tensorrt reads report.json through the record (no bare json.loads): a damaged one is
+    one line naming the file and the field, exit 1, no traceback."""
+    import json
+    import shutil
+
+    import export.infer as infer
+
+    export_dir = tmp_path / "export"
+    shutil.copytree(exported_run / "export", export_dir)
+    report = json.loads((export_dir / "report.json").read_text())
+    damage(report)
+    (export_dir / "report.json").write_text(json.dumps(report))
+    np.save(tmp_path / "x.npy", np.zeros((2, 1, 150), np.float32))
+    monkeypatch.setattr(infer, "tensorrt_available", lambda: True)  # the report is read first
+    assert main([str(export_dir), "--input", str(tmp_path / "x.npy"), "--tensorrt"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {export_dir / 'report.json'}: ") and field in err, err
+    assert len(err.strip().splitlines()) == 1

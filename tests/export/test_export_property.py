@@ -63,6 +63,7 @@ def legacy_onnx(module: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> o
     return onnx.load_from_string(buffer.getvalue())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", range(len(GROUPS)))
 def test_trained_static_onnxruntime_agree(group):
     seeds = GROUPS[group]

@@ -128,6 +128,7 @@ def _in_onnxruntime(cases, make, spread, ops):
     return session(model), feeds, refs
 
 
+@pytest.mark.slow
 def test_factored_resample_in_onnxruntime():
     """float32 in onnxruntime to 1e-5 relative, portable ops only (no DFT: TensorRT runs it)."""
     cases = [(1024, 512, True, -1), (72, 1024, False, -1), (1024, 1024, True, -1),
@@ -142,6 +143,7 @@ def test_factored_resample_in_onnxruntime():
         assert float(np.abs(out[2:4] - ref.numpy()).max() / ref.abs().max()) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [1, 8, TRANSPOSE_ROWS_BELOW - 1, TRANSPOSE_ROWS_BELOW, 28])
 def test_second_axis_matmul_transposes_short_rows_and_stays_exact(rows):
     """Along dim -2 a dense resampling multiplies from the left on long rows, and moves the axis
@@ -194,6 +196,7 @@ def test_choice_by_cost_keeps_short_axes_dense():
     assert factored_split(1024, next_fast_len(65))[0] > 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_network_with_every_resampling_factored_computes_the_trained_model(seed):
     """Every axis factored (N2 = 1 where the lengths share no factor) in a whole lowered network,
@@ -280,6 +283,7 @@ def test_split_resample_macs_closed_form():
     assert resample_candidates(1024, 1024) == ("dense", "factored")  # the same split: not twice
 
 
+@pytest.mark.slow
 def test_split_resample_in_onnxruntime():
     cases = [(1024, 540, True, -1), (540, 1024, False, -1), (97, 50, True, -2)]
     sess, feeds, refs = _in_onnxruntime(

@@ -15,8 +15,13 @@ from dnarch_deploy.operators import half_macs, spectrum_form, spectrum_macs
 from export import policy, tune
 from export.bench import theoretical_costs
 from export.emit import to_onnx
-from export.lowering import lower, spectrum_resample
-from export.policy import cheapest, resample_tactics_by_cost, tactic_costs
+from export.lowering import (
+    cheapest,
+    lower,
+    resample_tactics_by_cost,
+    spectrum_resample,
+    tactic_costs,
+)
 from export.spectrum import SPECTRUM, FromSpectrum, ToSpectrum, carry_spectrum, why_not
 from export.static import (
     Decoder,
@@ -81,6 +86,7 @@ SEEDS = [(5, False), (6, False), (26, False), (58, False),
          (10, True), (11, True), (21, True), (25, True), (35, True)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("seed", "long"), SEEDS)
 def test_stream_as_spectrum_computes_the_static_network(seed, long):
     model = random_model(seed, long=long)
@@ -199,6 +205,7 @@ def test_spectrum_is_for_every_block_or_none():
         lower(static, ["direct"] * 2, mixed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("medians", "kept"), [
     ([[2.0, 1.0], [30.0, 20.0]], "spectrum"),
     ([[1.0, 1.0], [20.0, 20.0]], "per-axis"),  # a tie keeps the per-axis resampling
@@ -269,6 +276,7 @@ def test_the_spectral_stream_touches_fewer_samples():
                                         + stream * length + stream * (2 * length - 1) + head)
 
 
+@pytest.mark.slow
 def test_an_export_that_keeps_the_spectrum_ships_it_and_verifies(monkeypatch, tmp_path):
     """Injected timings make the spectrum the faster whole network: the export lowers it, records
     why in architecture.json and report.json, and every artifact still equals the trained model."""
@@ -290,7 +298,7 @@ def test_an_export_that_keeps_the_spectrum_ships_it_and_verifies(monkeypatch, tm
     assert [b["resample_tactics"] for b in arch["blocks"]] == [
         {"down": [SPECTRUM], "up": [SPECTRUM]}]
     stream = arch["whole_network"]["stream"]
-    assert stream == saved["whole_network"]["stream"] == report["whole_network"]["stream"]
+    assert stream == saved["whole_network"]["stream"] == report.whole_network["stream"]
     assert stream["kept"] == "spectrum" == saved["tuning"]["stream"]
     assert set(stream["ms_by_batch"]) == {"1", "32"}
     assert all(err["max_rel"] <= 1e-4 for err in saved["equivalence"].values())

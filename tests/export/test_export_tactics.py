@@ -61,6 +61,7 @@ def test_tactic_matches_direct_conv(tactic, size, taps):
     assert rel_error(out, ref) < 2e-6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("channels", [1, 3, 4, 5, 23, 24])
 @pytest.mark.parametrize(("size", "taps"), [((150,), (9,)), ((8, 7), (3, 5))])
 def test_direct_conv_runs_on_channels_padded_to_a_multiple_of_4(channels, size, taps):
@@ -81,6 +82,7 @@ def test_direct_conv_runs_on_channels_padded_to_a_multiple_of_4(channels, size, 
     assert conv_macs("direct", channels, size, taps) == group * math.prod(size) * math.prod(taps)
 
 
+@pytest.mark.slow
 def test_matmul_fft_uses_only_portable_ops_and_matches_in_onnxruntime():
     """The MatMul FFT in ORT: MatMul, elementwise arithmetic and moves of data (Reshape,
     Transpose, Slice, Concat, Pad around a ragged grid), no DFT op."""
@@ -156,6 +158,7 @@ def test_registry_one_class_per_tactic():
     assert conv_macs("dft", 3, (40,), (9,)) == 3 * n * math.log2(n)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("size", "taps"), [((150,), (149,)), ((8, 8), (15, 15)), ((5, 8), (3, 5))])
 def test_dense_tactic_is_one_matmul_of_c_p_squared_in_onnxruntime(size, taps):
     """The dense tactic is the convolution's (P x P) matrix per channel: C P^2 MACs, the matrix's

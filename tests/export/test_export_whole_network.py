@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from export import policy, tune
+from export.lowering import resample_tactics_by_cost
 from export.pipeline import ExportOptions, export_model
-from export.policy import resample_tactics_by_cost
 from export.static import freeze, materialize
 
 from .export_cases import random_model
@@ -108,6 +108,7 @@ def test_each_candidate_is_exported_once_and_timed_at_every_batch(monkeypatch, o
     assert all(set(c["ms_by_batch"]) == {"1", "4"} for c in evidence["candidates"])
 
 
+@pytest.mark.slow
 def test_tactics_and_resampling_are_exported_once_for_every_batch(monkeypatch):
     """measure_tactics and measure_resample export one wrapper for all batches and time each
     candidate at each batch: per batch, the same blocks and candidates."""
@@ -141,6 +142,7 @@ def test_tactics_and_resampling_are_exported_once_for_every_batch(monkeypatch):
     assert fed == [1] * (len(fed) // 2) + [3] * (len(fed) // 2) != []
 
 
+@pytest.mark.slow
 def test_export_uses_the_kept_network_and_records_why(monkeypatch, tmp_path):
     """With injected timings the per-layer winner is dft for every block, but the whole network
     with matmul everywhere is fastest: the export lowers matmul, says so, and still verifies."""
@@ -157,7 +159,7 @@ def test_export_uses_the_kept_network_and_records_why(monkeypatch, tmp_path):
     assert [min(b["chosen_by"]["ms"], key=b["chosen_by"]["ms"].get) for b in arch["blocks"]] == [
         "dft"]
     network = saved["whole_network"]
-    assert arch["whole_network"] == network == report["whole_network"]
+    assert arch["whole_network"] == network == report.whole_network
     assert [c["name"] for c in network["candidates"]] == ["per-layer", "direct", "matmul"]
     assert network["kept"] == "matmul"
     kept, runner_up = network["why"].split(": ", 1)[1].split("; next: ")

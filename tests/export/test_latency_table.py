@@ -18,6 +18,7 @@ def _quiet(monkeypatch, tmp_path):
     monkeypatch.setenv("DNARCH_CACHE", str(tmp_path / "cache"))
 
 
+@pytest.mark.slow
 def test_the_grid_covers_what_ccnns_use():
     per_kind = T.grid()
     assert list(per_kind) == list(KINDS) and all(len(cs) >= 9 for cs in per_kind.values())
@@ -38,6 +39,7 @@ def test_the_grid_covers_what_ccnns_use():
     assert {c.axis for c in images} == {0, 1} and (8, 8) in {c.size for c in images}
 
 
+@pytest.mark.slow
 def test_quick_writes_this_machines_table_to_the_cache(capsys, recwarn):
     assert T.main(["--quick", "--batch", "1", "--batch", "3"]) == 0
     path = L.cache_path(1)
@@ -69,6 +71,7 @@ def test_quick_writes_this_machines_table_to_the_cache(capsys, recwarn):
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", T.CHANNEL_BLOCKS)
 def test_the_channel_block_is_the_one_whose_padding_fits_the_timings(block, monkeypatch):
     """Timings proportional to the channels padded to ``block`` (times a constant and a little

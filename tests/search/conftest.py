@@ -29,11 +29,18 @@ def run_search(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory) -> Path:
-    """One complete tiny run directory, shared by tests that only read it."""
+def tiny_search(tmp_path_factory) -> tuple[Path, str]:
+    """One complete tiny run directory and what its search wrote on stderr (a pipe, not a
+    terminal), shared by tests that only read them."""
     out = tmp_path_factory.mktemp("runs") / "tiny"
-    run_search(*TINY, "--out", str(out))
-    return out
+    proc = run_search(*TINY, "--out", str(out))
+    return out, proc.stderr
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_search) -> Path:
+    """One complete tiny run directory, shared by tests that only read it."""
+    return tiny_search[0]
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -24,6 +25,7 @@ TOLERANCE = dict(rtol=2e-3, atol=2e-4)
 SCALE_FREE = {"enc_w"}
 
 
+@pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     run_search(*TINY, "--out", str(one))
@@ -32,7 +34,7 @@ def test_two_processes_match_one(tmp_path):
          "--master-port", "29517", "-m", "search.run", *TINY, "--out", str(two)],
         capture_output=True, text=True, env=env(), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert R.read_config(two)["world_size"] == 2
+    assert R.read_config(two).world_size == 2
     a, b = load_file(str(one / R.LAST_WEIGHTS)), load_file(str(two / R.LAST_WEIGHTS))
     assert a.keys() == b.keys()
     for k in a.keys() - SCALE_FREE:
@@ -50,6 +52,7 @@ def test_two_processes_match_one(tmp_path):
     assert len(R.read_jsonl(two / R.METRICS)) == len(R.read_jsonl(one / R.METRICS))
 
 
+@pytest.mark.slow
 def test_a_rank_exits_with_its_code_flushed_and_without_finalisation():
     """Under torchrun a rank leaves without the interpreter's finalisation (where a gloo worker
     releasing the last collective's tensors can abort it), its printed output flushed."""

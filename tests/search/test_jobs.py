@@ -15,6 +15,7 @@ def job(run_dir, *flags) -> Run:
     return Run("ucr:GunPoint", "search", 0, run_dir, [*TINY, *flags])
 
 
+@pytest.mark.slow
 def test_the_same_flags_agree_and_another_value_is_named(tiny_run):
     assert saved_differences(job(tiny_run)) == []
     assert saved_differences(job(tiny_run, "--lr", "0.02")) == ["lr: saved 0.01, wanted 0.02"]
@@ -40,31 +41,36 @@ def test_a_flag_resolved_per_task_agrees_with_the_value_the_run_trained_with(tin
     assert saved_differences(job(given)) == ["shift: saved 0.3, wanted None"]
 
 
-def test_a_run_from_before_kernel_decay_reads_as_trained_without_it(tiny_run, tmp_path):
-    """A run written before --kernel-decay existed trained without the penalty: it is the job
-    of --kernel-decay 0, the default, and not of any other weight."""
+def test_a_run_from_before_pool_reads_as_pooling_the_mean(tiny_run, tmp_path):
+    """A run written before --pool existed read the channels' means only: it is the job of
+    --pool avg, not of today's default, and another flag's value is still named."""
     old = tmp_path / "old"
     shutil.copytree(tiny_run, old)
     config = json.loads((old / R.CONFIG).read_text())
-    del config["train"]["kernel_decay"]
+    del config["train"]["pool"], config["model"]["pool"]
     (old / R.CONFIG).write_text(json.dumps(config))
-    assert saved_differences(job(old)) == []
-    assert saved_differences(job(old, "--kernel-decay", "0.01")) == [
-        "kernel_decay: saved 0.0, wanted 0.01"]
+    assert saved_differences(job(old, "--pool", "avg")) == []
+    assert saved_differences(job(old)) == ["pool: saved 'avg', wanted 'avgmax'"]
+    assert saved_differences(job(old, "--pool", "avg", "--dropout", "0.1")) == [
+        "dropout: saved 0.0, wanted 0.1"]
 
 
-def test_a_run_from_before_mask_data_reads_as_stepping_masks_on_the_training_batch(tiny_run,
-                                                                                   tmp_path):
-    """A run written before --mask-data existed stepped its masks on the training batch: it is
-    the job of --mask-data train, the default, and not of val."""
+def test_a_run_with_a_removed_option_is_reused_only_at_its_old_default(tiny_run, tmp_path):
+    """A run written while --mask-data existed, at its default (the masks stepped on the
+    training batch), computed what today's job asks for; one at another value is refused,
+    naming the option, never silently reused."""
     old = tmp_path / "old"
     shutil.copytree(tiny_run, old)
     config = json.loads((old / R.CONFIG).read_text())
-    del config["train"]["mask_data"]
+    config["train"]["mask_data"] = "train"
     (old / R.CONFIG).write_text(json.dumps(config))
     assert saved_differences(job(old)) == []
-    assert saved_differences(job(old, "--mask-data", "val")) == [
-        "mask_data: saved 'train', wanted 'val'"]
+    assert saved_differences(job(old, "--weight-decay", "0.02")) == [
+        "weight_decay: saved 0.01, wanted 0.02"]
+    config["train"]["mask_data"] = "val"
+    (old / R.CONFIG).write_text(json.dumps(config))
+    with pytest.raises(R.RunError, match="written with --mask-data 'val', an option removed"):
+        saved_differences(job(old))
 
 
 def test_a_run_from_before_jitter_reads_as_trained_without_it(tiny_run, tmp_path):
@@ -103,9 +109,9 @@ def test_a_run_from_before_crop_min_budget_reads_as_learning_r_at_every_budget(t
     assert saved_differences(job(old, "--budget", "0.5")) == []
     assert saved_differences(job(old, "--budget", "0.5", "--crop-min-budget", "0")) == [
         "learn: saved 'KWD', wanted 'KRWD'"]
-    assert saved_differences(job(old, "--budget", "1")) == [
-        "learn: saved 'KWD', wanted 'KRWD'", "crop_min_budget: saved 0.0, wanted 1.0",
-        "budget: saved 0.5, wanted 1.0"]
+    assert sorted(saved_differences(job(old, "--budget", "1"))) == [
+        "budget: saved 0.5, wanted 1.0", "crop_min_budget: saved 0.0, wanted 1.0",
+        "learn: saved 'KWD', wanted 'KRWD'"]
     # on an input too short for R, that run is the job of either value
     config["model"]["input_size"] = [8]
     (old / R.CONFIG).write_text(json.dumps(config))
@@ -127,6 +133,7 @@ def as_written_before_shipped_scores(run_dir):
     return summary
 
 
+@pytest.mark.slow
 def test_a_reused_run_from_before_is_rescored_as_shipped(tiny_run, tmp_path):
     """A finished run whose test metric is the batch-statistics one is rescored when a job
     reuses it (python -m search.rescore), so it averages with new runs; nothing trains."""
@@ -135,11 +142,33 @@ def test_a_reused_run_from_before_is_rescored_as_shipped(tiny_run, tmp_path):
     new = R.read_summary(tiny_run)
     before = as_written_before_shipped_scores(old)
     timings = {}
+    assert not R.read_summary(old).scored_as_shipped  # migrate.summary_v1
     summary = execute(job(old), timings)
     assert timings == {}  # reused, not trained
-    assert summary["test_metric"] == new["test_metric"]
-    assert summary["test_loss"] == pytest.approx(new["test_loss"], rel=1e-6)
-    assert summary["test_metric_batch_statistics"] == before["test_metric"]
+    assert summary.scored_as_shipped and summary.test_metric == new.test_metric
+    assert summary.test_loss == pytest.approx(new.test_loss, rel=1e-6)
+    assert summary.test_metric_batch_statistics == before["test_metric"]
     test_row = [r for r in R.read_jsonl(old / R.METRICS) if r["split"] == "test"]
     assert [r["metric"] for r in test_row] == [new["test_metric"]]
     assert [r["metric_batch_statistics"] for r in test_row] == [before["test_metric"]]
+
+
+@pytest.mark.parametrize("damage, field", [
+    (lambda s: s.pop("macs"), "missing field 'macs'"),
+    (lambda s: s.update(test_metric="0.9"), "field 'test_metric' must be a number"),
+])
+def test_a_reused_run_with_a_damaged_summary_is_refused_in_one_line(tiny_run, tmp_path, damage,
+                                                                    field):
+    """A job reusing a finished run reads its summary through the record (no bare json.loads):
+    a damaged one is one line naming the file and the field, and nothing runs."""
+    old = tmp_path / "old"
+    shutil.copytree(tiny_run, old)
+    summary = json.loads((old / R.SUMMARY).read_text())
+    damage(summary)
+    (old / R.SUMMARY).write_text(json.dumps(summary))
+    timings = {}
+    with pytest.raises(R.RunError) as error:
+        execute(job(old), timings)
+    message = str(error.value)
+    assert message.startswith(f"{old / R.SUMMARY}: ") and field in message
+    assert len(message.splitlines()) == 1 and timings == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ def uninterrupted(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_after_checkpoint", [1, 3])
 def test_sigkill_then_resume_matches(uninterrupted, tmp_path, kill_after_checkpoint):
     out = tmp_path / "killed"
@@ -55,5 +57,4 @@ def test_sigkill_then_resume_matches(uninterrupted, tmp_path, kill_after_checkpo
             torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=f"{weights}: {k}")
     assert _records(out) == _records(uninterrupted)
     sa, sb = R.read_summary(uninterrupted), R.read_summary(out)
-    assert {k: v for k, v in sa.items() if k != "wall_seconds"} == {
-        k: v for k, v in sb.items() if k != "wall_seconds"}
+    assert dataclasses.replace(sa, wall_seconds=0.0) == dataclasses.replace(sb, wall_seconds=0.0)

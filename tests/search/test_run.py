@@ -21,25 +21,14 @@ from safetensors.torch import load_file
 
 from dnarch_deploy import Architecture, DNArch, ModelConfig
 from dnarch_deploy import rundir as R
-from dnarch_deploy.cost import architecture_cost, architecture_params
+from dnarch_deploy.cost import architecture_cost
+from dnarch_deploy.params import architecture_params
+from search.budget import latency_check_steps, scheduled_target
 from search.config import SearchConfig, build_parser, parse_args
 from search.jobs import set_flag
-from search.train import (
-    RESULT_WINDOW,
-    complexity_weight,
-    in_effect,
-    is_result,
-    label_smoothing,
-    latency_check_steps,
-    learned,
-    objective,
-    result_fits,
-    scheduled_target,
-    smoothed,
-    smoothed_entropy,
-    stalled,
-    trained_params,
-)
+from search.resolve import in_effect, label_smoothing, learned, smoothed_entropy
+from search.result import RESULT_WINDOW, is_result, result_fits, smoothed, stalled
+from search.train import objective, trained_params
 
 from .conftest import TINY, run_search
 
@@ -49,13 +38,13 @@ def test_run_directory_has_every_file_and_key(tiny_run):
                  R.BEST_WEIGHTS, R.LAST_WEIGHTS):
         assert (tiny_run / name).is_file(), name
     config = R.read_config(tiny_run)
-    assert config["task"] == "ucr:GunPoint" and config["seed"] == 0
-    assert config["model"]["learn"] == "KRWD" and config["model"]["depth"] == 1
-    assert {"python", "torch"} <= set(config["versions"])
+    assert config.task == "ucr:GunPoint" and config.seed == 0
+    assert config.model["learn"] == "KRWD" and config.model["depth"] == 1
+    assert {"python", "torch"} <= set(config.versions)
     summary = R.read_summary(tiny_run)
-    assert summary["metric_name"] == "accuracy" and 0.0 <= summary["test_metric"] <= 1.0
+    assert summary.metric_name == "accuracy" and 0.0 <= summary.test_metric <= 1.0
     # the summary's MACs are the cost model evaluated on the saved architecture
-    assert math.isclose(summary["macs"], architecture_cost(R.read_architecture(tiny_run)))
+    assert math.isclose(summary.macs, architecture_cost(R.read_architecture(tiny_run)))
 
 
 def test_metrics_and_snapshots_one_per_epoch(tiny_run):
@@ -66,7 +55,7 @@ def test_metrics_and_snapshots_one_per_epoch(tiny_run):
     assert all(r["loss"] >= r["loss_obj"] >= 0 and r["complexity_ratio"] > 0 for r in train)
     assert [r["step"] for r in train] == [5, 10, 15]  # 40 training samples, batch 8: 5 steps
     test = [r for r in rows if r["split"] == "test"]
-    assert len(test) == 1 and test[0]["accuracy"] == R.read_summary(tiny_run)["test_metric"]
+    assert len(test) == 1 and test[0]["accuracy"] == R.read_summary(tiny_run).test_metric
     snapshots = R.read_architectures(tiny_run)
     assert [a.epoch for a in snapshots] == [0, 1, 2]
     assert all(isinstance(a, Architecture) for a in snapshots)
@@ -77,7 +66,7 @@ def test_result_is_the_latest_epoch_within_one_standard_error_of_the_best(tiny_r
     C_target (all epochs if none does), the latest whose validation accuracy, averaged over the
     last RESULT_WINDOW epochs, is within one plus-four binomial standard error of the best
     average."""
-    tol = R.read_config(tiny_run)["train"]["budget_tolerance"]
+    tol = R.read_config(tiny_run).train["budget_tolerance"]
     val = [r for r in R.read_jsonl(tiny_run / R.METRICS) if r["split"] == "val"]
     means = [statistics.mean(r["metric"] for r in val[max(0, i - RESULT_WINDOW + 1):i + 1])
              for i in range(len(val))]
@@ -88,8 +77,8 @@ def test_result_is_the_latest_epoch_within_one_standard_error_of_the_best(tiny_r
     p = (top * n_val + 2) / (n_val + 4)
     close = [i for i in rounds if means[i] >= top - math.sqrt(p * (1 - p) / n_val)]
     summary = R.read_summary(tiny_run)
-    assert summary["best_epoch"] == val[close[-1]]["epoch"]
-    assert summary["within_budget"] == bool(fits)
+    assert summary.best_epoch == val[close[-1]]["epoch"]
+    assert summary.within_budget == bool(fits)
 
 
 def _rounds(rounds, higher=True, standard_error=lambda v: 0.0):
@@ -182,9 +171,10 @@ def test_load_run_gives_the_trained_model(tiny_run):
     assert not run.model.training
     x = torch.as_tensor(run.task.x_test[:4])
     assert run.model(x).shape == (4, 2)
-    assert run.summary["task"] == "ucr:GunPoint"
+    assert run.summary.task == "ucr:GunPoint"
 
 
+@pytest.mark.slow
 def test_existing_run_dir_is_refused_and_untouched(tiny_run):
     before = {p: p.stat().st_mtime_ns for p in tiny_run.rglob("*")}
     proc = run_search(*TINY, "--out", str(tiny_run), check=False)
@@ -208,6 +198,7 @@ def main_here(monkeypatch):
     return run.main
 
 
+@pytest.mark.slow
 def test_bad_input_gives_one_clear_message(tmp_path, capsys, main_here):
     """Each bad flag: exit status 2, one line naming it, nothing created. search.run.main runs in
     this process (an interpreter start per case took a minute); the first case also runs as the
@@ -229,18 +220,14 @@ def test_bad_input_gives_one_clear_message(tmp_path, capsys, main_here):
         (["--task-option", "oops"], "--task-option"),
         (["--budget-tolerance", "-0.1"], "--budget-tolerance"),
         (["--pool", "max"], "--pool must be one of avg, avgmax, got 'max'"),
-        (["--block-norm", "after"], "--block-norm must be one of input, mix, got 'after'"),
-        (["--block-output", "relu"], "--block-output must be one of pointwise, gelu, got 'relu'"),
-        (["--block-output", "gelu"], "--block-output gelu needs --block-norm mix (the GELU "
-                                     "reads the normalised mixing), got --block-norm input"),
+        (["--width", "5000"], "--width must be <= 1024, got 5000"),  # checked by ModelConfig
+        (["--tau-width", "0"], "--tau-width must be > 0, got 0.0"),
         (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1), got 1.0"),
         (["--crop-min-length", "-1"], "--crop-min-length must be >= 0"),
         (["--crop-min-budget", "-1"], "--crop-min-budget must be >= 0 (0: at every budget), "
                                       "got -1.0"),
         (["--omega-0", "-1"], "--omega-0 must be >= 0 (0: automatic), got -1.0"),
-        (["--mixup", "-0.2"], "--mixup must be >= 0 (0: off), got -0.2"),
         (["--jitter", "-0.1"], "--jitter must be >= 0 (0: off), got -0.1"),
-        (["--kernel-decay", "-0.01"], "--kernel-decay must be >= 0 (0: off), got -0.01"),
     ]
     out = tmp_path / "never"
     proc = run_search(*cases[0][0], "--out", str(out), check=False)
@@ -254,6 +241,7 @@ def test_bad_input_gives_one_clear_message(tmp_path, capsys, main_here):
         assert len(err.strip().splitlines()) == 1 and not out.exists(), (args, err)
 
 
+@pytest.mark.slow
 def test_unwritable_run_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
@@ -262,6 +250,7 @@ def test_unwritable_run_dir(tmp_path):
     assert blocker.read_text() == "not a directory"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["cut", "text"])
 def test_resume_of_a_damaged_checkpoint_is_refused(tiny_run, tmp_path, damage):
     import shutil
@@ -279,6 +268,7 @@ def test_resume_of_a_damaged_checkpoint_is_refused(tiny_run, tmp_path, damage):
     assert state.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_resume_rejects_contradicting_flags(tiny_run, tmp_path):
     import shutil
 
@@ -288,6 +278,7 @@ def test_resume_rejects_contradicting_flags(tiny_run, tmp_path):
     assert proc.returncode == 2 and "--lr" in proc.stderr
 
 
+@pytest.mark.slow
 def test_resume_accepts_learn_flags_that_learn_what_the_run_learned(tiny_run, tmp_path):
     """A run of '--learn KWD --budget 0.5' is the run '--learn KRWD --budget 0.5' gives (no R
     under a MAC budget below --crop-min-budget): resuming it with those flags, as a sweep's job
@@ -310,6 +301,7 @@ def test_resume_accepts_learn_flags_that_learn_what_the_run_learned(tiny_run, tm
             "'KWD', given 'KRWD')") in proc.stderr
 
 
+@pytest.mark.slow
 def test_config_records_what_the_run_trained_with_and_resume_accepts_it(tiny_run, tmp_path):
     """--label-smoothing left out resolves per task (GunPoint: 150 samples, short); config.json
     keeps the flag as typed and, in ``in_effect``, the value used. On resume, typing that value
@@ -317,10 +309,9 @@ def test_config_records_what_the_run_trained_with_and_resume_accepts_it(tiny_run
     import shutil
 
     config = R.read_config(tiny_run)
-    assert config["train"]["label_smoothing"] is None and config["train"]["shift"] is None
-    assert config["train"]["jitter"] is None
-    assert config["in_effect"] == {"shift": 0.1, "jitter": 0.1, "mixup": 0.0,
-                                   "label_smoothing": 0.1}
+    assert config.train["label_smoothing"] is None and config.train["shift"] is None
+    assert config.train["jitter"] is None
+    assert config.in_effect == {"shift": 0.1, "jitter": 0.1, "label_smoothing": 0.1}
     copy = tmp_path / "copy"
     shutil.copytree(tiny_run, copy)
     agrees = run_search("--out", str(copy), "--resume", "--label-smoothing", "0.1", check=False)
@@ -342,8 +333,8 @@ def test_model_flags_default_to_model_config_and_reach_the_model():
     """ModelConfig holds the model defaults: the flags it shares with the search start at them
     (but --input-norm and --omega-0, whose automatic values are resolved per task) and reach the
     model as given."""
+    from search.resolve import model_config
     from search.tasks import load_task
-    from search.train import model_config
 
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
     per_task = {"input_norm", "omega_0"}
@@ -371,7 +362,7 @@ def _waves(length: int, *parts: tuple[int, float], samples: int = 3) -> np.ndarr
 def test_energy_frequency_is_where_the_energy_share_is_reached():
     """Energy 0.9 at 4 cycles and 0.1 at 40: 85 % lies at 4, 95 % needs 40. On 2-D inputs the
     higher axis wins."""
-    from search.train import energy_frequency
+    from search.resolve import energy_frequency
 
     x = _waves(200, (4, 0.9 ** 0.5), (40, 0.1 ** 0.5))
     assert energy_frequency(x, 0.85) == 4
@@ -388,7 +379,7 @@ def test_energy_frequency_is_where_the_energy_share_is_reached():
 def test_automatic_frequency_prior_follows_the_training_spectrum():
     """--omega-0 0: a quarter of the frequency holding 95 % of the energy, at least 5; a given
     value is kept; token inputs (no spectrum) get 5."""
-    from search.train import frequency_prior
+    from search.resolve import frequency_prior
 
     def task(x, tokens=False):
         return SimpleNamespace(x_train=x, tokens=tokens)
@@ -400,6 +391,7 @@ def test_automatic_frequency_prior_follows_the_training_spectrum():
     assert frequency_prior(SearchConfig(), task(np.zeros((3, 50), np.int64), tokens=True)) == 5.0
 
 
+@pytest.mark.slow
 def test_denormals_are_flushed_on_every_intra_op_thread():
     """flush_denormals, called before torch's first parallel operation (as search.run does), also
     holds in the threads torch starts later: a product that would be denormal is zero on every
@@ -419,6 +411,7 @@ def test_denormals_are_flushed_on_every_intra_op_thread():
     assert out == ["0", str(1 << 20)]  # denormal results flushed; normal ones untouched
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
 def test_freed_memory_is_reused_without_page_faults():
     """keep_freed_memory (as search.run calls it): a step's activations, freed together at its
@@ -497,22 +490,7 @@ def test_jitter_adds_noise_in_units_of_each_samples_own_spread():
     assert torch.equal(jitter(image, 0.0), image)
 
 
-def test_mixup_blends_each_sample_and_its_target_by_the_same_weight():
-    from search.augment import mixup
-
-    classes = 6
-    y = torch.arange(classes).repeat(4)  # (24,): sample i has label i mod 6
-    x = y.float().view(-1, 1, 1).repeat(1, 2, 5)  # every value of sample i is its label
-    torch.manual_seed(0)
-    mixed, target = mixup(x, y, classes, alpha=0.4)
-    assert target.shape == (24, classes) and torch.allclose(target.sum(1), torch.ones(24))
-    assert (target >= 0).all() and (target > 0).sum(1).max() <= 2  # two samples at most
-    # the closed form: x_i' = sum_k target_ik k, the label-weighted blend of the two samples
-    blend = target @ torch.arange(classes, dtype=torch.float32)
-    assert torch.allclose(mixed, blend.view(-1, 1, 1).expand_as(mixed), atol=1e-6)
-    assert 0 < (target.max(1).values < 0.99).float().mean() < 1  # weights vary between samples
-
-
+@pytest.mark.slow
 def test_a_stalled_run_restarts_once_from_a_new_initialisation(tmp_path, capsys, monkeypatch,
                                                                 main_here):
     """A run whose loss cannot fall (learning rate ~0) is stalled at 30% of its steps: it says
@@ -530,26 +508,17 @@ def test_a_stalled_run_restarts_once_from_a_new_initialisation(tmp_path, capsys,
     out = tmp_path / "stalled"
     assert "restarting from a new initialisation (1 of --restarts 1)" in search("--out", str(out))
     summary = R.read_summary(out)
-    assert len(summary["restarts"]) == 1 and summary["restarts"][0]["step"] >= 30
+    assert len(summary.restarts) == 1 and summary.restarts[0]["step"] >= 30
     rows = [r for r in R.read_jsonl(out / R.METRICS) if r["split"] == "val"]
     assert [r["epoch"] for r in rows] == list(range(len(rows)))  # the second attempt's only
     assert rows[-1]["step"] == 100
-    mixed = tmp_path / "mixed"  # mixup's blended targets keep the loss up: not judged
-    assert "restarting" not in search("--mixup", "0.4", "--out", str(mixed))
-    assert R.read_summary(mixed)["restarts"] == []
     never = tmp_path / "never"
     assert "restarting" not in search("--restarts", "0", "--out", str(never))
-    assert R.read_summary(never)["restarts"] == []
+    assert R.read_summary(never).restarts == []
     short = tmp_path / "short"  # fewer steps than STALL_MIN_STEPS: not judged
     monkeypatch.setattr("search.train.STALL_MIN_STEPS", 101)
     assert "restarting" not in search("--out", str(short))
-    assert R.read_summary(short)["restarts"] == []
-
-
-def test_lambda_ramps_linearly_to_its_value():
-    cfg = SearchConfig(lam=4.0, lam_ramp=0.25)
-    assert [complexity_weight(cfg, s, 100) for s in (0, 5, 10, 25, 99)] == [0.0, 0.8, 1.6, 4.0, 4.0]
-    assert complexity_weight(SearchConfig(lam=4.0), 0, 100) == 4.0  # no ramp: from step one
+    assert R.read_summary(short).restarts == []
 
 
 def test_budget_ramp_tightens_the_target_geometrically():
@@ -562,61 +531,22 @@ def test_budget_ramp_tightens_the_target_geometrically():
     assert scheduled_target(cfg, 1.0, 2.0, 25, 100) == pytest.approx(2 ** 0.5)  # loosening too
 
 
-def test_the_norm_after_the_mixing_trains_no_first_mixing_bias(tiny_run):
-    """summary.json's search_params counts what the search trains: with block_norm "mix" each
-    block's first-mixing bias is frozen (the norm centres it away), so D_max x H_max fewer."""
-    run = DNArch(ModelConfig(**R.read_config(tiny_run)["model"]))
-    assert R.read_summary(tiny_run)["search_params"] == trained_params(run)
-    pre, post = (DNArch(ModelConfig(in_channels=1, out_channels=3, input_size=(16,), depth=2,
-                                    width=4, block_norm=norm)) for norm in ("input", "mix"))
-    assert trained_params(pre) == sum(p.numel() for p in pre.parameters())
-    assert trained_params(pre) - trained_params(post) == pre.config.max_depth * pre.config.max_width
-
-
-def test_blocks_that_end_on_the_gelu_train_no_second_mixing():
-    """block_output "gelu": the second mixing's weight and bias are neither used nor trained
-    (D_max x (H_max^2 + H_max) fewer than with the norm after the mixing), and the deployed
-    network has none (model_params == architecture_params, without them)."""
-    from dnarch_deploy import describe
-    from dnarch_deploy.cost import model_params
-
-    kwargs = dict(in_channels=1, out_channels=3, input_size=(16,), depth=2, width=4,
-                  block_norm="mix")
-    mix, gelu = (DNArch(ModelConfig(**kwargs, block_output=out)) for out in ("pointwise", "gelu"))
-    D, H = mix.config.max_depth, mix.config.max_width
-    assert trained_params(mix) - trained_params(gelu) == D * (H * H + H)
-    with torch.no_grad():
-        one, other = (float(model_params(m).detach()) for m in (mix, gelu))
-    assert one - other == mix.config.depth * (mix.config.width ** 2 + mix.config.width)
-    assert other == architecture_params(describe(gelu))
+@pytest.mark.slow
+def test_the_search_trains_every_parameter(tiny_run):
+    """summary.json's search_params counts what the search trains: every parameter of the
+    maximum-size network (the masks included)."""
+    run = DNArch(ModelConfig(**R.read_config(tiny_run).model))
+    assert R.read_summary(tiny_run).search_params == trained_params(run)
+    model = DNArch(ModelConfig(in_channels=1, out_channels=3, input_size=(16,), depth=2, width=4))
+    assert trained_params(model) == sum(p.numel() for p in model.parameters())
 
 
 def test_summary_says_how_far_the_search_went(tiny_run):
-    vs = R.read_summary(tiny_run)["vs_base"]
+    vs = R.read_summary(tiny_run).vs_base
     arch = R.read_architecture(tiny_run)
     assert vs["depth"] == arch.depth and vs["base_depth"] == 1
     assert len(vs["resolution"]) == len(vs["kernel_size"]) == arch.depth
     assert vs["distance"] >= 0
-
-
-def test_kernel_decay_penalises_the_sampled_kernels(tmp_path):
-    """--kernel-decay adds its weight times the kernels' energy (model.kernel_energy) to the
-    training loss: the same seed with a strong weight ends with kernels of a fraction of the
-    energy, and its logged loss carries the term beside the objective's."""
-    from dnarch_deploy.model import kernel_energy
-
-    energies, gaps = {}, {}
-    for decay in ("0", "1"):
-        out = tmp_path / f"decay{decay}"
-        run_search(*TINY, "--lam", "0", "--kernel-decay", decay, "--out", str(out))
-        assert R.read_config(out)["train"]["kernel_decay"] == float(decay)
-        model = R.load_run(out, weights="last", with_task=False).model
-        with torch.no_grad():
-            energies[decay] = float(kernel_energy(model.kernels(model.plan())))
-        rows = [r for r in R.read_jsonl(out / R.METRICS) if r["split"] == "train"]
-        gaps[decay] = min(r["loss"] - r["loss_obj"] for r in rows)
-    assert energies["1"] < 0.5 * energies["0"], energies
-    assert gaps["0"] == pytest.approx(0.0, abs=1e-6) and gaps["1"] > 0, gaps
 
 
 def test_the_shipped_score_does_not_depend_on_how_the_test_split_is_batched(tiny_run):
@@ -630,11 +560,12 @@ def test_the_shipped_score_does_not_depend_on_how_the_test_split_is_batched(tiny
     assert scores[7] == pytest.approx(scores[150], rel=1e-6)
     assert scores[64] == pytest.approx(scores[150], rel=1e-6)
     summary = R.read_summary(tiny_run)
-    assert scores[64][1] == summary["test_metric"]
-    assert scores[64][0] == pytest.approx(summary["test_loss"], rel=1e-6)
-    assert summary["test_loss_batch_statistics"] != pytest.approx(summary["test_loss"], rel=1e-6)
+    assert scores[64][1] == summary.test_metric
+    assert scores[64][0] == pytest.approx(summary.test_loss, rel=1e-6)
+    assert summary.test_loss_batch_statistics != pytest.approx(summary.test_loss, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_max_params_is_a_second_constraint_the_result_meets(tmp_path):
     """--max-params below the starting network's count: the search shrinks it under the limit
     (a term beside the budget's), the result meets it, summary.json says so. (Resolution is not
@@ -646,11 +577,12 @@ def test_max_params_is_a_second_constraint_the_result_meets(tmp_path):
     first = R.read_architectures(out)[0]
     assert architecture_params(first) > 400  # the limit was not met at the start
     summary = R.read_summary(out)
-    assert summary["max_params"] == 400 and summary["within_budget"] is True
-    assert summary["params"] <= 400
-    assert summary["params"] == architecture_params(R.read_architecture(out))
+    assert summary.max_params == 400 and summary.within_budget is True
+    assert summary.params <= 400
+    assert summary.params == architecture_params(R.read_architecture(out))
 
 
+@pytest.mark.slow
 def test_cost_latency_budgets_predicted_milliseconds(tmp_path, local_latency_table):
     """--cost latency: the budget counts the table's predicted milliseconds of the deployed
     network, by default at batches 1 and 32 blended (a cost over the base's is the mean of the
@@ -664,9 +596,9 @@ def test_cost_latency_budgets_predicted_milliseconds(tmp_path, local_latency_tab
     proc = run_search(*TINY, "--cost", "latency", "--budget", "0.5",
                       "--latency-table", str(local_latency_table), "--out", str(out))
     assert "warning" not in proc.stderr
-    summary, config = R.read_summary(out), json.loads((out / R.CONFIG).read_text())
-    assert config["train"]["latency_batch"] == [1, 32]
-    base_ms = config["train"]["base_ms"]
+    summary, config = R.read_summary(out), R.read_config(out)
+    assert config.train["latency_batch"] == [1, 32]
+    base_ms = config.train["base_ms"]
     assert len(base_ms) == 2 and 0 < base_ms[0] < base_ms[1]  # measured, batch 32 the longer
     # the note: measured here, and the share the budget is of, in the table's time
     assert re.search(r"the base network runs in \S+ ms at batch 1, \S+ ms at batch 32 here",
@@ -674,15 +606,15 @@ def test_cost_latency_budgets_predicted_milliseconds(tmp_path, local_latency_tab
     assert f"the budget is a share of {base_ms[0]:.4g}, {base_ms[1]:.4g} ms" in proc.stderr
     table = LatencyTable.load(local_latency_table)
     one, large = Units(table, batch=1), Units(table, batch=32)
-    assert summary["cost_unit"] == "ms" and config["cost_unit"] == "ms"
-    assert config["base_cost"] == pytest.approx(base_ms[0], rel=1e-12)  # the blend's weights
-    assert [c["step"] for c in summary["latency_checks"]] == [10, 15]  # rounds of steps 8, 12
-    base_ms = summary["base_ms"]  # the last check's
-    assert summary["target"] == pytest.approx(0.5 * base_ms[0], rel=1e-9)
+    assert summary.cost_unit == "ms" and config.cost_unit == "ms"
+    assert config.base_cost == pytest.approx(base_ms[0], rel=1e-12)  # the blend's weights
+    assert [c["step"] for c in summary.latency_checks] == [10, 15]  # rounds of steps 8, 12
+    base_ms = summary.base_ms  # the last check's
+    assert summary.target == pytest.approx(0.5 * base_ms[0], rel=1e-9)
     found = R.read_architecture(out)
     mean_ratio = sum(architecture_cost(found, u) / ms for u, ms in zip((one, large), base_ms)) / 2
-    assert summary["complexity_ratio"] == pytest.approx(mean_ratio / 0.5, rel=1e-6)
-    assert summary["macs"] == architecture_cost(found)  # MACs are still reported
+    assert summary.complexity_ratio == pytest.approx(mean_ratio / 0.5, rel=1e-6)
+    assert summary.macs == architecture_cost(found)  # MACs are still reported
 
 
 def test_latency_checks_fall_evenly_from_the_budget_ramps_end():
@@ -699,6 +631,7 @@ def test_latency_checks_fall_evenly_from_the_budget_ramps_end():
     assert latency_check_steps(cfg, "none", 100) == []
 
 
+@pytest.mark.slow
 def test_latency_checks_reprice_the_base_in_the_found_networks_time(tmp_path,
                                                                    local_latency_table):
     """Each check times the network the masks describe beside the base and sets the base's
@@ -709,17 +642,18 @@ def test_latency_checks_reprice_the_base_in_the_found_networks_time(tmp_path,
                       "--latency-table", str(local_latency_table), "--out", str(out))
     assert "the network the masks describe ran at" in proc.stderr
     summary, config = R.read_summary(out), R.read_config(out)
-    (check,) = summary["latency_checks"]
+    (check,) = summary.latency_checks
     assert check["step"] == 10  # the round of step 8 (0.5 of 15) ends at step 10
-    assert summary["base_ms"] == check["base_ms"] != config["train"]["base_ms"]
-    assert summary["target"] == pytest.approx(0.5 * check["base_ms"][0], rel=1e-9)
+    assert summary.base_ms == check["base_ms"] != config.train["base_ms"]
+    assert summary.target == pytest.approx(0.5 * check["base_ms"][0], rel=1e-9)
     proc = run_search("--out", str(out), "--resume", "--epochs", "4")
     assert "the network the masks describe" not in proc.stderr  # the check was done
     resumed = R.read_summary(out)
-    assert resumed["latency_checks"] == [check] and resumed["base_ms"] == check["base_ms"]
-    assert resumed["target"] == pytest.approx(summary["target"], rel=1e-12)
+    assert resumed.latency_checks == [check] and resumed.base_ms == check["base_ms"]
+    assert resumed.target == pytest.approx(summary.target, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_latency_checks_must_not_be_negative(tmp_path):
     proc = run_search(*TINY, "--latency-checks", "-1", "--out", str(tmp_path / "x"),
                       check=False)
@@ -728,6 +662,7 @@ def test_latency_checks_must_not_be_negative(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_a_latency_table_that_cannot_be_read_warns_and_the_bundled_one_prices(tmp_path):
     """One warning line naming the file; the bundled table prices the network, and the base is
     timed only where that table was measured on this machine (else the table prices it too)."""
@@ -739,8 +674,8 @@ def test_a_latency_table_that_cannot_be_read_warns_and_the_bundled_one_prices(tm
                       "--latency-table", str(broken), "--out", str(out))
     assert f"warning: latency table {broken} cannot be used" in proc.stderr  # one line
     here = not LatencyTable.load(BUNDLED).differences(threads=1)
-    assert bool(R.read_config(out)["train"]["base_ms"]) == here
-    assert R.read_config(out)["cost_unit"] == "ms"
+    assert bool(R.read_config(out).train["base_ms"]) == here
+    assert R.read_config(out).cost_unit == "ms"
 
 
 def test_another_machines_table_prices_the_base_too(monkeypatch):
@@ -768,8 +703,8 @@ def test_another_machines_table_prices_the_base_too(monkeypatch):
 def test_a_base_that_cannot_be_timed_is_one_usage_error(monkeypatch, local_latency_table):
     """When timing the base fails, the search stops with the command's message and the way
     around it (--base-ms), before anything is written."""
+    import export.base_latency as B
     import search.config as C
-    import search.jobs as J
     from dnarch_deploy.latency import LatencyTable
     from search.distributed import World
     from search.run import UsageError, with_base_time
@@ -777,17 +712,18 @@ def test_a_base_that_cannot_be_timed_is_one_usage_error(monkeypatch, local_laten
     here = LatencyTable.load(local_latency_table)
     monkeypatch.setattr(C, "_latency_table", lambda path, batches: here)
 
-    def fails(mcfg, batches, table=""):
-        raise J.JobError("timing the base network for --cost latency: python -m "
-                         "export.base_latency failed (1): boom (--base-ms gives its times instead)")
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
 
-    monkeypatch.setattr(J, "base_milliseconds", fails)
+    monkeypatch.setattr(B, "base_in_table_time", boom)  # the timing itself fails
     cfg = SearchConfig(cost="latency", budget=0.5)
     mcfg = ModelConfig(in_channels=1, out_channels=2, input_size=(150,), learn="KRWD")
-    with pytest.raises(UsageError, match=r"failed \(1\): boom \(--base-ms gives its times"):
+    with pytest.raises(UsageError, match=r"^timing the base network for --cost latency failed: "
+                                         r"boom \(--base-ms gives its times instead\)$"):
         with_base_time(cfg, mcfg, World(rank=0, size=1))
 
 
+@pytest.mark.slow
 def test_base_ms_pins_the_base_and_resume_keeps_it(tmp_path):
     """--base-ms gives the base's milliseconds instead of measuring them (with --latency-checks
     0, for the whole run); a resumed run keeps the ones config.json saved, typed or measured, so
@@ -796,23 +732,25 @@ def test_base_ms_pins_the_base_and_resume_keeps_it(tmp_path):
     proc = run_search(*TINY, "--cost", "latency", "--budget", "0.25", "--base-ms", "0.2",
                       "--base-ms", "5", "--latency-checks", "0", "--out", str(out))
     assert "base network runs in" not in proc.stderr  # nothing measured
-    assert R.read_config(out)["train"]["base_ms"] == [0.2, 5.0]
-    assert R.read_summary(out)["target"] == pytest.approx(0.05, rel=1e-12)
+    assert R.read_config(out).train["base_ms"] == [0.2, 5.0]
+    assert R.read_summary(out).target == pytest.approx(0.05, rel=1e-12)
     proc = run_search("--out", str(out), "--resume", "--epochs", "4")
     assert "base network runs in" not in proc.stderr
-    assert R.read_config(out)["train"]["base_ms"] == [0.2, 5.0]
-    assert R.read_summary(out)["target"] == pytest.approx(0.05, rel=1e-12)
+    assert R.read_config(out).train["base_ms"] == [0.2, 5.0]
+    assert R.read_summary(out).target == pytest.approx(0.05, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_the_base_itself_measures_nothing(tmp_path):
     """--learn none trains the base: there is no budget to price against it, so nothing is
     timed and config.json has no base milliseconds."""
     out = tmp_path / "base"
     proc = run_search(*TINY, "--cost", "latency", "--learn", "none", "--out", str(out))
     assert "base network runs in" not in proc.stderr
-    assert R.read_config(out)["train"]["base_ms"] == []
+    assert R.read_config(out).train["base_ms"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, message", [
     (["--base-ms", "0.2"], "--base-ms is the base's time for --cost latency; this run counts "
      "--cost macs"),
@@ -836,6 +774,7 @@ def test_a_run_saved_with_one_latency_batch_reads_as_that_batch():
     assert SearchConfig(latency_batch=[32, 1, 32]).latency_batch == [32, 1]
 
 
+@pytest.mark.slow
 def test_latency_batch_must_be_positive(tmp_path):
     proc = run_search(*TINY, "--cost", "latency", "--latency-batch", "1", "--latency-batch", "0",
                       "--out", str(tmp_path / "x"), check=False)
@@ -844,6 +783,7 @@ def test_latency_batch_must_be_positive(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_cost_must_be_macs_or_latency(tmp_path):
     proc = run_search(*TINY, "--cost", "flops", "--out", str(tmp_path / "x"), check=False)
     assert proc.returncode == 2 and "--cost must be macs or latency, got 'flops'" in proc.stderr
@@ -951,6 +891,7 @@ def test_without_a_budget_term_the_resolution_is_learned_at_any_budget():
     assert learned(SearchConfig(budget=0.25, lam=0.0), (150,)) == "KRWD"
 
 
+@pytest.mark.slow
 def test_learning_only_r_under_a_small_mac_budget_is_refused_before_any_work(tmp_path):
     out = tmp_path / "never"
     proc = run_search("--task", "ucr:GunPoint", "--learn", "R", "--budget", "0.5", "--out",
@@ -969,6 +910,7 @@ def test_learning_only_r_on_a_short_input_is_refused():
         learned(SearchConfig(learn="R"), (8, 8))
 
 
+@pytest.mark.slow
 def test_learning_only_r_on_digits_is_refused_before_any_work(tmp_path):
     out = tmp_path / "never"
     proc = run_search("--task", "digits", "--learn", "R", "--out", str(out), check=False)
@@ -979,6 +921,7 @@ def test_learning_only_r_on_digits_is_refused_before_any_work(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("flags", "why", "size"), [
     (["--task", "digits", "--eval-batch-size", "64"],
      "every axis of the input (8x8) is shorter than --crop-min-length 9", [8, 8]),
@@ -991,11 +934,12 @@ def test_a_search_without_r_says_why_and_keeps_every_block_at_full_resolution(tm
     proc = run_search(*flags, "--depth", "1", "--width", "4", "--steps", "4", "--out", str(out))
     assert f"note: the resolution is not learned (--learn KWD): {why}" in proc.stderr
     config = R.read_config(out)
-    assert config["train"]["learn"] == "KRWD" and config["model"]["learn"] == "KWD"
-    assert R.read_summary(out)["learn"] == "KWD"
+    assert config.train["learn"] == "KRWD" and config.model["learn"] == "KWD"
+    assert R.read_summary(out).learn == "KWD"
     assert all(list(b.resolution) == size for b in R.read_architecture(out).blocks)
 
 
+@pytest.mark.slow
 def test_rescore_refuses_a_missing_run_and_leaves_a_scored_one(tiny_run, tmp_path):
     from .conftest import env
 
@@ -1017,42 +961,3 @@ def test_rescore_refuses_a_missing_run_and_leaves_a_scored_one(tiny_run, tmp_pat
                           capture_output=True, text=True, env=env())
     assert proc.returncode == 0 and "already scored as shipped" in proc.stdout
     assert (tiny_run / R.SUMMARY).read_text() == before
-
-
-def test_held_out_mask_steps_leave_the_weights_to_the_training_batch(tmp_path):
-    """--mask-data val steps the masks on validation batches and the weights on training ones:
-    with the masks' learning rate at 0 it trains exactly the weights the default does (the
-    validation step moves no weight), and with it on, the masks end elsewhere."""
-    states = {}
-    for data, mask_lr in (("train", "0"), ("val", "0"), ("train", "0.05"), ("val", "0.05")):
-        out = tmp_path / f"{data}-{mask_lr}"
-        run_search(*TINY, "--mask-data", data, "--mask-lr", mask_lr, "--out", str(out))
-        assert R.read_config(out)["train"]["mask_data"] == data
-        states[data, mask_lr] = R.load_run(out, weights="last", with_task=False).model.state_dict()
-    frozen, moving = states["train", "0"], states["val", "0"]
-    assert all(torch.equal(frozen[k], moving[k]) for k in frozen)
-    masks = [k for k in frozen if k.startswith("mask_")]
-    assert masks and any(not torch.equal(states["train", "0.05"][k], states["val", "0.05"][k])
-               for k in masks)
-
-
-def test_a_held_out_batch_is_the_whole_small_split_or_a_reshuffled_share():
-    """held_out_batch: a validation split no larger than a batch is the batch; a larger one is
-    cut into batches of a reshuffle per pass, each sample once per pass, the same for a step
-    whenever it is asked for (so a resumed run sees the same batches)."""
-    from search.train import Batches, held_out_batch
-
-    small = Batches(torch.arange(5.0).view(5, 1, 1), torch.arange(5))
-    x, y = held_out_batch(small, 8, step=3, seed=0)
-    assert torch.equal(y, torch.arange(5))
-    split = Batches(torch.arange(10.0).view(10, 1, 1), torch.arange(10))
-    one_pass = torch.cat([held_out_batch(split, 4, step, seed=1)[1] for step in (0, 1)])
-    assert len(set(one_pass.tolist())) == 8  # two batches of one pass: no sample twice
-    assert torch.equal(held_out_batch(split, 4, 5, 1)[1], held_out_batch(split, 4, 5, 1)[1])
-    assert not torch.equal(held_out_batch(split, 4, 0, 1)[1], held_out_batch(split, 4, 2, 1)[1])
-
-
-def test_mask_data_must_name_a_split():
-    proc = run_search(*TINY, "--mask-data", "test", check=False)
-    assert proc.returncode != 0
-    assert "--mask-data must be one of train, val, got 'test'" in proc.stderr

@@ -8,13 +8,15 @@ import json
 import math
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from dnarch_deploy import rundir
 from dnarch_deploy.sweepdir import pareto_front, read_pareto
-from search import sweep
+from search import jobs, sweep
+from search.jobs import JobError
 from search.pareto import against_base_front
 
 from ..sweeps import BATCH, BUDGETS, GRID, SWEEP, run_sweep
@@ -63,6 +65,7 @@ def test_searched_networks_against_the_base_front_use_means_over_seeds():
 # --- a tiny real sweep --------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the sweep fixture trains and exports a whole sweep
 def test_sweep_writes_rows_marks_and_figure(sweep_dir: Path):
     pareto = read_pareto(sweep_dir)
     rows = pareto["rows"]
@@ -75,11 +78,11 @@ def test_sweep_writes_rows_marks_and_figure(sweep_dir: Path):
     for row in rows:
         run = sweep_dir / row["run_dir"]
         summary = rundir.read_summary(run)
-        assert row["test_metric"] == summary["test_metric"]
-        assert (row["macs"], row["params"]) == (summary["macs"], summary["params"])
+        assert row["test_metric"] == summary.test_metric
+        assert (row["macs"], row["params"]) == (summary.macs, summary.params)
         assert row["ms"] == measured[run.name] and all(v > 0 for v in row["ms"].values())
         assert (run / "export" / "model.onnx").is_file()
-        assert rundir.read_config(run)["train"]["learn"] == (
+        assert rundir.read_config(run).train["learn"] == (
             "none" if row["kind"] == "base" else "KRWD")
     for batch in ("1", str(BATCH)):  # the marks are the rule applied to the rows
         assert [r["pareto"][batch] for r in rows] == pareto_front(
@@ -88,6 +91,7 @@ def test_sweep_writes_rows_marks_and_figure(sweep_dir: Path):
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
 
+@pytest.mark.slow
 def test_a_job_and_resume_reuse_finished_runs_and_exports(sweep_dir: Path, tmp_path: Path):
     """A model whose export was lost: its job (a line of jobs.txt) exports it again without
     training; then --resume, with the flags of sweep.json, reuses everything and measures."""
@@ -108,6 +112,67 @@ def test_a_job_and_resume_reuse_finished_runs_and_exports(sweep_dir: Path, tmp_p
     assert len(read_pareto(out)["rows"]) == len(runs)
 
 
+def lost_export(sweep_dir: Path, tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A copy of the sweep in which one model lost its export and nothing was measured."""
+    out = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, out)
+    runs = sorted((out / "runs").iterdir())
+    shutil.rmtree(runs[1] / "export")
+    (out / "pareto.json").unlink()
+    (out / "latency.json").unlink()
+    return out, runs
+
+
+@pytest.mark.slow
+def test_the_sweep_starts_no_process_of_export(sweep_dir: Path, tmp_path: Path, monkeypatch,
+                                               capsys):
+    """search starts no ``python -m export.*``: a model's job (``python -m search.sweep --job``,
+    run here in this process so that what it starts in turn is recorded too) exports in its own
+    process, and the latency is measured in the sweep's. In a log, one line per model."""
+    out, runs = lost_export(sweep_dir, tmp_path)
+    started, real_run, real_module = [], subprocess.run, jobs.run_module
+
+    def run(cmd, *args, **kwargs):
+        cmd = [str(c) for c in cmd]
+        started.extend(cmd[i + 1] for i, c in enumerate(cmd[:-1]) if c == "-m")
+        return real_run(cmd, *args, **kwargs)
+
+    def run_module(module: str, *args: str) -> float:
+        started.append(module)
+        if module == "search.sweep":  # the job, here
+            assert sweep.main(list(args)) == 0
+            return 0.0
+        return real_module(module, *args)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.setattr(jobs, "run_module", run_module)
+    assert sweep.main(["--out", str(out), "--resume"]) == 0
+    assert started == ["search.sweep"]  # one job: the model that lost its export; no export.*
+    assert not [m for m in started if m.startswith("export")]
+    assert (runs[1] / "export" / "model.onnx").is_file()
+    assert len(read_pareto(out)["rows"]) == len(runs)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("models ")]
+    assert [line.split()[1] for line in lines] == [f"{i}/{len(runs)}"
+                                                   for i in range(1, len(runs) + 1)]
+    assert all(" model " in line and " ratio " in line and " elapsed " in line for line in lines)
+
+
+@pytest.mark.slow  # the sweep fixture trains and exports a whole sweep
+def test_a_failed_job_is_named_and_the_finished_models_are_kept(sweep_dir: Path, tmp_path: Path,
+                                                                monkeypatch, capsys):
+    out, runs = lost_export(sweep_dir, tmp_path)
+
+    def fail(module: str, *args: str) -> float:
+        raise JobError(f"python -m {module} failed (1): boom")
+
+    monkeypatch.setattr(jobs, "run_module", fail)
+    assert sweep.main(["--out", str(out), "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert f"FAILED {runs[1].name}: python -m search.sweep failed (1): boom" in err
+    assert sum(line.startswith("models ") for line in err.splitlines()) == len(runs) - 1
+    assert f"1 of {len(runs)} models failed" in err and not (out / "pareto.json").exists()
+
+
 def test_emit_jobs_writes_one_command_per_model_and_a_slurm_array(tmp_path: Path, capsys):
     out = tmp_path / "array"
     assert sweep.main([*SWEEP, "--out", str(out), "--emit-jobs"]) == 0
@@ -121,6 +186,7 @@ def test_emit_jobs_writes_one_command_per_model_and_a_slurm_array(tmp_path: Path
     assert "--job search-b9-s0: not a model of" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_default_budgets_the_search_cannot_reach_are_left_out_with_a_note(
         tmp_path: Path, capsys, local_latency_table: Path):
     """In milliseconds, digits' (8x8) cheapest network costs about half the base (the bundled
@@ -160,7 +226,7 @@ def test_default_budgets_the_search_cannot_reach_are_left_out_with_a_note(
 def test_default_budgets_where_the_search_space_has_nothing_left_are_left_out(tmp_path: Path,
                                                                                capsys):
     """Under --cost macs, budgets below --crop-min-budget learn no R, so a sweep of --learn R
-    keeps budget 1 alone and says why the others went (search.train.learned, per budget)."""
+    keeps budget 1 alone and says why the others went (search.resolve.learned, per budget)."""
     out = tmp_path / "r"
     assert sweep.main(["--task", "ucr:GunPoint", "--learn", "R", "--emit-jobs", "--out",
                        str(out)]) == 0
@@ -196,6 +262,7 @@ def test_bad_input_is_refused_before_any_run(tmp_path: Path, capsys, args, messa
     assert not out.exists()
 
 
+@pytest.mark.slow  # the sweep fixture trains and exports a whole sweep
 def test_existing_dir_is_refused_unless_resumed_with_the_same_settings(sweep_dir: Path,
                                                                       tmp_path: Path, capsys):
     before = {p: p.stat().st_mtime_ns for p in sweep_dir.rglob("*") if p.is_file()}

@@ -40,6 +40,7 @@ def fine_index(point: np.ndarray) -> tuple[int, int]:
     return tuple(int(v) * FINE + FINE // 2 for v in point)
 
 
+@pytest.mark.slow
 def test_labels_are_balanced(samples):
     _, items = samples
     labels = np.array([label for _, label, _ in items])
