@@ -15,7 +15,6 @@ the same outputs and times them in turns in onnxruntime.
 
 from __future__ import annotations
 
-import copy
 import sys
 
 import numpy as np
@@ -28,19 +27,9 @@ from dnarch_deploy.progress import bar
 from dnarch_deploy.rundir import RunError, load_run
 from export.bench import theoretical_costs
 from export.emit import to_onnx
-from export.lowering import cheapest, lower, tactic_costs
+from export.lowering import cheapest, lower, padding_around_the_conv, tactic_costs
 from export.static import StaticNet, freeze, materialize
 from export.timing import session
-
-
-def padding_around_the_conv(lowered: StaticNet) -> StaticNet:
-    """``lowered`` with each direct convolution padding and trimming its own channels (a Pad
-    before it, a Slice after it), as export lowered it before StaticBlock.read_wider."""
-    plain = copy.deepcopy(lowered)
-    for block in plain.blocks:
-        if block.tactic == "direct":
-            block.conv.trim, block.read, block.w1 = True, block.n_in, block.w1[:, : block.n_in]
-    return plain
 
 
 def by_cost(run_dir: str) -> tuple[StaticNet, torch.Tensor]:

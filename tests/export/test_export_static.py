@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 from dnarch_deploy.operators import depthwise_channels
 from export.emit import to_onnx
-from export.lowering import lower
+from export.lowering import lower, padding_around_the_conv
 from export.resampling import AxisMatMul
 from export.static import Resample, freeze, materialize
 from export.tactics import TACTICS, DFTConv, DirectConv, MatMulFFTConv, make_conv
@@ -18,16 +16,6 @@ from export.timing import session
 from .export_cases import random_input, random_model
 
 SEEDS = range(50)
-
-
-def padding_around_the_conv(lowered):
-    """``lowered`` with each direct convolution padding and trimming its own channels (a Pad
-    before it, a Slice after it), as export lowered it before StaticBlock.read_wider."""
-    plain = copy.deepcopy(lowered)
-    for block in plain.blocks:
-        if block.tactic == "direct":
-            block.conv.trim, block.read, block.w1 = True, block.n_in, block.w1[:, : block.n_in]
-    return plain
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
