@@ -961,3 +961,11 @@ def test_rescore_refuses_a_missing_run_and_leaves_a_scored_one(tiny_run, tmp_pat
                           capture_output=True, text=True, env=env())
     assert proc.returncode == 0 and "already scored as shipped" in proc.stdout
     assert (tiny_run / R.SUMMARY).read_text() == before
+
+
+def test_rescore_refuses_a_missing_run_in_one_line(tmp_path, capsys):
+    from search import rescore
+
+    assert rescore.main([str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "missing" in err and "\n" not in err
