@@ -285,9 +285,7 @@ class Gelu(BlockOp):
     def lower(b):
         yield "gelu", Operator("pointwise", float(b.positions * b.n_mid))
 
-    @staticmethod
-    def proxy(name, kinds, z, input_size):
-        return math.prod(z["resolution"]) * z["n_mid"]
+    proxy = staticmethod(Bias1.proxy)  # one op per position and channel, as the bias's
 
 
 class Linear2(BlockOp):
